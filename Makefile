@@ -1,0 +1,45 @@
+## outbox-relay: run `make <target>`. Tests that need PostgreSQL connect to
+## $OUTBOX_RELAY_TEST_PG, by default postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable
+## (local server, trust auth); `make services` starts it when it is down.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+GO ?= go
+# Services `make services` brings up (see scripts/services.sh --help).
+SERVICES ?= postgres
+
+.PHONY: help services demo test test-short test-race lint bench build
+
+help: ## Show this help.
+	@awk 'BEGIN { FS = ":.*## " } \
+		/^## / { sub(/^## /, ""); print; next } \
+		/^[a-zA-Z0-9_-]+:.*## / { if (!n++) print ""; printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
+
+services: ## Start the local services the tests need (PostgreSQL) if they are down.
+	@bash scripts/services.sh $(SERVICES)
+
+demo: services ## Run the relay demo against the local PostgreSQL.
+	$(GO) run ./cmd/outbox-relay demo
+
+test: services ## Run all tests with the race detector (needs PostgreSQL).
+	$(GO) test -race -count=1 -timeout 20m ./...
+
+test-short: ## Run the quick tests only (go test -short), no services needed.
+	$(GO) test -short ./...
+
+test-race: test ## Same as test.
+
+lint: ## Check formatting (gofmt) and run go vet, plus golangci-lint if installed.
+	@files="$$(gofmt -l .)"; \
+	if [[ -n "$$files" ]]; then echo "gofmt needed on:"; echo "$$files"; exit 1; fi
+	$(GO) vet ./...
+	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; \
+	else echo "golangci-lint not installed; skipped"; fi
+
+bench: ## Run the benchmarks.
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+build: ## Build bin/outbox-relay.
+	$(GO) build -o bin/outbox-relay ./cmd/outbox-relay

@@ -1,0 +1,163 @@
+package config
+
+import "time"
+
+// Config is the whole relay configuration.
+type Config struct {
+	// RelaySchema is where the relay keeps its own tables (relay_state,
+	// failed_events, retry_state, leases). Default "outbox_relay".
+	RelaySchema string              `yaml:"relay_schema"`
+	Log         Log                 `yaml:"log"`
+	Admin       Admin               `yaml:"admin"`
+	Shutdown    Shutdown            `yaml:"shutdown"`
+	Databases   map[string]Database `yaml:"databases"`
+	Sinks       map[string]Sink     `yaml:"sinks"`
+	Sources     []Source            `yaml:"sources"`
+}
+
+// Log configures structured logging.
+type Log struct {
+	Level  string `yaml:"level"`  // debug|info|warn|error, default info
+	Format string `yaml:"format"` // json|text, default json
+}
+
+// Admin configures the HTTP server for /metrics, /healthz and /readyz.
+type Admin struct {
+	// Listen is the address, default ":9090"; "off" disables the server.
+	Listen string `yaml:"listen"`
+}
+
+// Shutdown bounds how long in-flight batches may take once a stop is asked.
+type Shutdown struct {
+	Timeout Duration `yaml:"timeout"` // default 30s
+}
+
+// Database is one database connection.
+type Database struct {
+	Driver   string `yaml:"driver"` // postgres (default)
+	DSN      string `yaml:"dsn"`
+	MaxConns int    `yaml:"max_conns"` // default 10
+}
+
+// Sink is one broker connection.
+type Sink struct {
+	Type             string   `yaml:"type"` // kafka
+	Brokers          []string `yaml:"brokers"`
+	ClientID         string   `yaml:"client_id"`          // default "outbox-relay"
+	MaxMessageBytes  int      `yaml:"max_message_bytes"`  // default 1000000
+	AutoCreateTopics bool     `yaml:"auto_create_topics"` // default false
+	DeliveryTimeout  Duration `yaml:"delivery_timeout"`   // default 30s
+	RecordRetries    int      `yaml:"record_retries"`     // default 10
+	Linger           Duration `yaml:"linger"`             // default 0
+	Compression      string   `yaml:"compression"`        // none|gzip|snappy|lz4|zstd, default none
+	SASL             *SASL    `yaml:"sasl"`
+	TLS              *TLS     `yaml:"tls"`
+}
+
+// SASL authenticates to Kafka.
+type SASL struct {
+	Mechanism string `yaml:"mechanism"` // PLAIN|SCRAM-SHA-256|SCRAM-SHA-512
+	Username  string `yaml:"username"`
+	Password  string `yaml:"password"`
+}
+
+// TLS secures the broker connection.
+type TLS struct {
+	Enabled            bool   `yaml:"enabled"`
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+// Source is one outbox table, or a rule that discovers several.
+type Source struct {
+	Name     string `yaml:"name"`
+	Database string `yaml:"database"` // key of Databases; default: the only one
+	// Table is schema-qualified: "journey_matcher.outbox" or
+	// `tenant."OutboxEvent"`. Exactly one of Table and Discover is set.
+	Table    string    `yaml:"table"`
+	Discover *Discover `yaml:"discover"`
+	// Preset names a built-in layout (see internal/layout); Layout overrides
+	// its fields one by one.
+	Preset string `yaml:"preset"`
+	Layout Layout `yaml:"layout"`
+	Sink   string `yaml:"sink"` // key of Sinks; default: the only one
+	// Topic, when set, replaces the layout's topic template.
+	Topic       string  `yaml:"topic"`
+	BatchSize   int     `yaml:"batch_size"`   // default 500
+	Pipeline    int     `yaml:"pipeline"`     // batches in flight, default 3
+	Ordering    *bool   `yaml:"ordering"`     // per-key order, default true
+	MaxAttempts int     `yaml:"max_attempts"` // default 10
+	Backoff     Backoff `yaml:"backoff"`
+	Poll        Poll    `yaml:"poll"`
+	// Notify is auto|on|off: LISTEN for wake-ups (auto: when the trigger is
+	// there or can be installed). Default auto.
+	Notify string `yaml:"notify"`
+	// InstallTrigger lets the relay create the NOTIFY trigger on the table
+	// when its role may. Default true.
+	InstallTrigger *bool `yaml:"install_trigger"`
+}
+
+// Discover finds outbox tables by schema pattern (seed 000).
+type Discover struct {
+	Schemas  string   `yaml:"schemas"`  // regular expression on schema names
+	Tables   []string `yaml:"tables"`   // candidate table names, default [outbox, outbox_events]
+	Interval Duration `yaml:"interval"` // re-check period, default 1m
+}
+
+// Backoff is the retry schedule: exponential with full jitter.
+type Backoff struct {
+	Initial Duration `yaml:"initial"` // default 1s
+	Max     Duration `yaml:"max"`     // default 5m
+}
+
+// Poll is the adaptive poll used beside (or instead of) NOTIFY.
+type Poll struct {
+	Min Duration `yaml:"min"` // default 50ms
+	Max Duration `yaml:"max"` // default 1s
+}
+
+// Layout maps an outbox table's columns to an event. Column fields name a
+// column; template fields mix literal text with {column} references, e.g.
+// "tenant:{tenantId}". Empty fields keep the preset's value.
+type Layout struct {
+	ID            string `yaml:"id"`
+	Payload       string `yaml:"payload"`
+	PayloadFormat string `yaml:"payload_format"` // json|raw
+	Topic         string `yaml:"topic"`          // template
+	Key           string `yaml:"key"`            // template
+	PartitionKey  string `yaml:"partition_key"`  // template
+	OrderKey      string `yaml:"order_key"`      // template; default partition key, else key
+	Headers       string `yaml:"headers"`        // column holding a JSON object
+	EventType     string `yaml:"event_type"`
+	AggregateType string `yaml:"aggregate_type"`
+	AggregateID   string `yaml:"aggregate_id"`
+	CreatedAt     string `yaml:"created_at"`
+	OrderBy       string `yaml:"order_by"` // column; default created_at, else id
+	XIDColumn     string `yaml:"xid_column"`
+	RetryCount    string `yaml:"retry_count"`
+	MaxRetries    string `yaml:"max_retries"`
+	Error         string `yaml:"error"`
+	State         State  `yaml:"state"`
+}
+
+// State says how a row's delivery state is recorded.
+type State struct {
+	Mode string `yaml:"mode"` // flag|timestamp|status|delete
+	// Flag is the boolean column set true once published (mode flag).
+	Flag string `yaml:"flag"`
+	// PublishedAt lists candidate timestamp columns; the first that exists
+	// is set to now() on publish (seed 000: published_at or processed_at).
+	PublishedAt []string `yaml:"published_at"`
+	Status      string   `yaml:"status"` // status column (mode status)
+	Pending     string   `yaml:"pending"`
+	Published   string   `yaml:"published"`
+	Failed      string   `yaml:"failed"`
+}
+
+// Duration is a time.Duration written as "250ms", "1m".
+type Duration time.Duration
+
+// D returns the value as a time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }

@@ -1,0 +1,300 @@
+package config
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// mapEnv returns an env lookup backed by m.
+func mapEnv(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+// goodFixtures lists every testdata/*.good.yaml with the environment it is
+// parsed under and checks on the result.
+var goodFixtures = map[string]struct {
+	env   map[string]string
+	check func(t *testing.T, c *Config)
+}{
+	"minimal.good.yaml": {check: checkMinimal},
+	"seed.good.yaml": {
+		env: map[string]string{
+			"PG_PASSWORD":    "pg-pass",
+			"TENANTS_DSN":    "postgres://tenants/db",
+			"ENVIRONMENT":    "prod",
+			"KAFKA_PASSWORD": "kafka-pass",
+		},
+		check: checkSeed,
+	},
+	"env.good.yaml": {
+		env: map[string]string{
+			"OUTBOX_RELAY_DATABASE_MAIN_DSN":              "postgres://from-env/main",
+			"OUTBOX_RELAY_DATABASE_REPORTING_EU_DSN_FILE": "testdata/secrets/reporting_dsn",
+			"OUTBOX_RELAY_SINK_KAFKA_BROKERS_FILE":        "testdata/secrets/brokers",
+			"OUTBOX_RELAY_SINK_KAFKA_SASL_PASSWORD_FILE":  "testdata/secrets/kafka_password",
+			"OUTBOX_RELAY_LOG_LEVEL":                      "ERROR",
+			"OUTBOX_RELAY_ADMIN_LISTEN":                   "off",
+			"DATABASE_URL":                                "postgres://ignored/with-two-databases",
+		},
+		check: checkEnv,
+	},
+	"database_url.good.yaml": {
+		env: map[string]string{"DATABASE_URL": "postgres://from-url/app"},
+		check: func(t *testing.T, c *Config) {
+			if got := c.Databases["app"].DSN; got != "postgres://from-url/app" {
+				t.Errorf("dsn = %q, want DATABASE_URL", got)
+			}
+			if c.Sources[0].Database != "app" || c.Sources[0].Sink != "kafka" {
+				t.Errorf("source refs = %q, %q; want the only database and sink", c.Sources[0].Database, c.Sources[0].Sink)
+			}
+		},
+	},
+}
+
+// badFixtures maps every testdata/*.bad.yaml to substrings its error must
+// contain.
+var badFixtures = map[string][]string{
+	"unknown_key.bad.yaml":        {`sources[0]: unknown field "tabel" (line 7)`},
+	"bad_duration.bad.yaml":       {`sources[0].poll.max: invalid duration "1 second"`, "(line 10)"},
+	"missing_dsn.bad.yaml":        {`databases.main.dsn: required (or set OUTBOX_RELAY_DATABASE_MAIN_DSN)`},
+	"unknown_database.bad.yaml":   {`sources[0].database: unknown database "x" (have: main)`},
+	"table_and_discover.bad.yaml": {`sources[2]: set exactly one of table and discover`, `sources[3]: set exactly one of table and discover`},
+	"bad_regexp.bad.yaml":         {`sources[0].discover.schemas: invalid regular expression`},
+	"bad_template.bad.yaml": {
+		`sources[0].layout.key: invalid template "tenant:{tenantId": unclosed "{"`,
+		`sources[0].layout.partition_key: invalid template "{tenantId}}": unexpected "}"`,
+		`sources[0].topic: invalid template "events.{}": empty column reference`,
+	},
+	"duplicate_names.bad.yaml": {
+		`sources[1].name: duplicate name "orders" (also sources[0])`,
+		`sources[2].name: must match`,
+	},
+	"bad_batch_size.bad.yaml": {
+		`sources[1].batch_size: must be between 1 and 10000, got 0`,
+		`sources[2].batch_size: must be between 1 and 10000, got 20000`,
+	},
+	"unset_var.bad.yaml": {`databases.main.dsn: environment variable "RELAY_TEST_UNSET_PASSWORD" is not set`},
+	"bad_table.bad.yaml": {
+		`sources[0].table: invalid table name "outbox": must be schema-qualified`,
+		`sources[1].table: invalid table name "tenant.OutboxEvent": "OutboxEvent" has upper-case letters`,
+		`sources[2].table: invalid table name "tenant.\"Outbox": unterminated quoted identifier`,
+	},
+	"no_sources.bad.yaml": {`sources: at least one source is required`},
+	"bad_sink.bad.yaml": {
+		`sinks.k.type: must be one of kafka, got "nats"`,
+		`sinks.k.brokers: required`,
+		`sinks.k.compression: must be one of`,
+		`sinks.k.sasl.mechanism: must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, got "OAUTHBEARER"`,
+		`sinks.k.sasl.username: required`,
+		`sinks.k.sasl.password: required (or set OUTBOX_RELAY_SINK_K_SASL_PASSWORD)`,
+	},
+	"many_problems.bad.yaml": {
+		"invalid configuration (13 problems)",
+		`relay_schema: must be a plain lower-case identifier`,
+		`log.level: must be one of debug, info, warn, error, got "verbose"`,
+		`log.format: must be one of json, text, got "xml"`,
+		`admin.listen: must be host:port`,
+		`databases.main.driver: must be one of postgres, got "mysql"`,
+		`sources[0].database: required when more than one database is configured (have: main, second)`,
+		`sources[0].layout.payload_format: must be one of json, raw, got "avro"`,
+		`sources[0].layout.state.mode: must be one of flag, timestamp, status, delete, got "archive"`,
+		`sources[0].pipeline: must be between 1 and 64, got 65`,
+		`sources[0].max_attempts: must be between 1 and 1000, got 0`,
+		`sources[0].backoff.initial: must not exceed backoff.max (1m0s), got 10m0s`,
+		`sources[0].poll.min: must not exceed poll.max (1s), got 2s`,
+		`sources[0].notify: must be one of auto, on, off, got "sometimes"`,
+	},
+	"wrong_type.bad.yaml": {
+		`sinks.kafka.brokers: expected a list, got "localhost:9092" (line 4)`,
+		`sources[0].batch_size: expected an integer, got "lots" (line 8)`,
+		`sources[0].ordering: expected true or false, got "perhaps" (line 9)`,
+	},
+	"duplicate_key.bad.yaml": {`sources[0].table: duplicate key "table" (line 8, first set at line 7)`},
+}
+
+func TestFixtures(t *testing.T) {
+	files, err := filepath.Glob("testdata/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no fixtures: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, file := range files {
+		name := filepath.Base(file)
+		seen[name] = true
+		t.Run(name, func(t *testing.T) {
+			data, err := os.ReadFile(file)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case strings.HasSuffix(name, ".good.yaml"):
+				fx, ok := goodFixtures[name]
+				if !ok {
+					t.Fatalf("fixture %s is not listed in goodFixtures", name)
+				}
+				cfg, err := Parse(data, mapEnv(fx.env))
+				if err != nil {
+					t.Fatalf("Parse: %v", err)
+				}
+				if fx.check != nil {
+					fx.check(t, cfg)
+				}
+			case strings.HasSuffix(name, ".bad.yaml"):
+				want, ok := badFixtures[name]
+				if !ok {
+					t.Fatalf("fixture %s is not listed in badFixtures", name)
+				}
+				_, err := Parse(data, mapEnv(nil))
+				if err == nil {
+					t.Fatal("Parse succeeded, want an error")
+				}
+				for _, w := range want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("error does not contain %q:\n%v", w, err)
+					}
+				}
+			default:
+				t.Fatalf("fixture %s must end in .good.yaml or .bad.yaml", name)
+			}
+		})
+	}
+	for name := range goodFixtures {
+		if !seen[name] {
+			t.Errorf("goodFixtures lists missing file %s", name)
+		}
+	}
+	for name := range badFixtures {
+		if !seen[name] {
+			t.Errorf("badFixtures lists missing file %s", name)
+		}
+	}
+}
+
+func checkMinimal(t *testing.T, c *Config) {
+	t.Helper()
+	yes := true
+	want := &Config{
+		RelaySchema: "outbox_relay",
+		Log:         Log{Level: "info", Format: "json"},
+		Admin:       Admin{Listen: ":9090"},
+		Shutdown:    Shutdown{Timeout: Duration(30 * time.Second)},
+		Databases: map[string]Database{
+			"main": {Driver: "postgres", DSN: "postgres://relay@localhost:5432/app", MaxConns: 10},
+		},
+		Sinks: map[string]Sink{
+			"kafka": {
+				Type:            "kafka",
+				Brokers:         []string{"localhost:9092"},
+				ClientID:        "outbox-relay",
+				MaxMessageBytes: 1000000,
+				DeliveryTimeout: Duration(30 * time.Second),
+				RecordRetries:   10,
+				Compression:     "none",
+			},
+		},
+		Sources: []Source{{
+			Name:           "orders",
+			Database:       "main",
+			Table:          "public.outbox",
+			Sink:           "kafka",
+			BatchSize:      500,
+			Pipeline:       3,
+			Ordering:       &yes,
+			MaxAttempts:    10,
+			Backoff:        Backoff{Initial: Duration(time.Second), Max: Duration(5 * time.Minute)},
+			Poll:           Poll{Min: Duration(50 * time.Millisecond), Max: Duration(time.Second)},
+			Notify:         "auto",
+			InstallTrigger: &yes,
+		}},
+	}
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("got  %+v\nwant %+v", c, want)
+	}
+}
+
+func checkSeed(t *testing.T, c *Config) {
+	t.Helper()
+	if got := c.Databases["main"].DSN; got != "postgres://relay:pg-pass@db:5432/app?sslmode=disable" {
+		t.Errorf("main dsn = %q", got)
+	}
+	if got := c.Databases["tenants"]; got.DSN != "postgres://tenants/db" || got.MaxConns != 10 {
+		t.Errorf("tenants = %+v", got)
+	}
+	p := c.Sinks["primary"]
+	if p.ClientID != "relay-prod" || p.SASL.Password != "kafka-pass" || p.RecordRetries != 0 ||
+		p.DeliveryTimeout.D() != 90*time.Second || p.Linger.D() != 5*time.Millisecond {
+		t.Errorf("primary sink = %+v", p)
+	}
+	if len(c.Sources) != 3 {
+		t.Fatalf("got %d sources", len(c.Sources))
+	}
+	svc := c.Sources[0]
+	if svc.Preset != "debezium" || svc.Discover.Interval.D() != 30*time.Second ||
+		!reflect.DeepEqual(svc.Discover.Tables, []string{"outbox"}) || svc.Notify != "on" ||
+		svc.Backoff.Initial.D() != 250*time.Millisecond || svc.Poll.Max.D() != 2*time.Second {
+		t.Errorf("services = %+v", svc)
+	}
+	tenant := c.Sources[1]
+	if schema, table, err := ParseTableName(tenant.Table); err != nil || schema != "tenant" || table != "OutboxEvent" {
+		t.Errorf("tenant table = %q, %q, %v", schema, table, err)
+	}
+	if *tenant.Ordering || *tenant.InstallTrigger || tenant.Layout.Key != "tenant:{tenantId}" ||
+		tenant.Layout.State.Published != "SENT" || tenant.MaxAttempts != 25 {
+		t.Errorf("tenant-events = %+v", tenant)
+	}
+	audit := c.Sources[2]
+	if !reflect.DeepEqual(audit.Discover.Tables, []string{"outbox", "outbox_events"}) ||
+		audit.Discover.Interval.D() != time.Minute || audit.Sink != "audit" ||
+		!reflect.DeepEqual(audit.Layout.State.PublishedAt, []string{"published_at", "processed_at"}) {
+		t.Errorf("audit.v1 = %+v", audit)
+	}
+}
+
+func checkEnv(t *testing.T, c *Config) {
+	t.Helper()
+	if got := c.Databases["main"].DSN; got != "postgres://from-env/main" {
+		t.Errorf("main dsn = %q", got)
+	}
+	if got := c.Databases["reporting-eu"].DSN; got != "postgres://relay:s3cret@reporting:5432/reporting" {
+		t.Errorf("reporting-eu dsn = %q (from _FILE, newline trimmed)", got)
+	}
+	k := c.Sinks["kafka"]
+	if !reflect.DeepEqual(k.Brokers, []string{"broker-a:9092", "broker-b:9092"}) {
+		t.Errorf("brokers = %q", k.Brokers)
+	}
+	if k.SASL.Password != "kafka-pass" {
+		t.Errorf("sasl password = %q (from _FILE, CRLF trimmed)", k.SASL.Password)
+	}
+	if c.Log.Level != "error" || c.Admin.Listen != "off" {
+		t.Errorf("log.level = %q, admin.listen = %q", c.Log.Level, c.Admin.Listen)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	cfg, err := Load("testdata/minimal.good.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMinimal(t, cfg)
+
+	_, err = Load("testdata/unknown_database.bad.yaml")
+	var ve *ValidationError
+	if !errors.As(err, &ve) || len(ve.Problems) != 1 || ve.Problems[0].Path != "sources[0].database" {
+		t.Errorf("Load error = %v, want a *ValidationError for sources[0].database", err)
+	}
+	if err == nil || !strings.Contains(err.Error(), "testdata/unknown_database.bad.yaml") {
+		t.Errorf("Load error %v does not name the file", err)
+	}
+
+	if _, err := Load("testdata/does-not-exist.yaml"); err == nil || !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("Load of a missing file = %v, want os.ErrNotExist", err)
+	}
+}

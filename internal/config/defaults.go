@@ -1,0 +1,137 @@
+package config
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Default values, applied by [Parse] and [Config.ApplyDefaults].
+const (
+	DefaultRelaySchema     = "outbox_relay"
+	DefaultLogLevel        = "info"
+	DefaultLogFormat       = "json"
+	DefaultAdminListen     = ":9090"
+	DefaultShutdownTimeout = 30 * time.Second
+
+	DefaultDatabaseDriver   = "postgres"
+	DefaultDatabaseMaxConns = 10
+
+	DefaultClientID        = "outbox-relay"
+	DefaultMaxMessageBytes = 1_000_000
+	DefaultDeliveryTimeout = 30 * time.Second
+	DefaultRecordRetries   = 10
+	DefaultCompression     = "none"
+
+	DefaultBatchSize        = 500
+	DefaultPipeline         = 3
+	DefaultMaxAttempts      = 10
+	DefaultBackoffInitial   = time.Second
+	DefaultBackoffMax       = 5 * time.Minute
+	DefaultPollMin          = 50 * time.Millisecond
+	DefaultPollMax          = time.Second
+	DefaultNotify           = "auto"
+	DefaultDiscoverInterval = time.Minute
+)
+
+// DefaultDiscoverTables returns the table names discovery looks for when
+// discover.tables is not set.
+func DefaultDiscoverTables() []string { return []string{"outbox", "outbox_events"} }
+
+// ApplyDefaults fills every field left at its zero value with its default.
+// It is for configurations built in code; [Parse] applies defaults itself and
+// keeps numbers and durations that the file sets to 0.
+func (c *Config) ApplyDefaults() { c.applyDefaults(nil) }
+
+// applyDefaults fills unset fields. explicit, when not nil, reports whether
+// the file sets the number or duration at a path; such values are kept even
+// when zero so that validation can judge them.
+func (c *Config) applyDefaults(explicit func(path string) bool) {
+	d := defaulter{explicit: explicit}
+	d.str(&c.RelaySchema, DefaultRelaySchema)
+	c.Log.Level = strings.ToLower(c.Log.Level)
+	c.Log.Format = strings.ToLower(c.Log.Format)
+	d.str(&c.Log.Level, DefaultLogLevel)
+	d.str(&c.Log.Format, DefaultLogFormat)
+	d.str(&c.Admin.Listen, DefaultAdminListen)
+	d.dur(&c.Shutdown.Timeout, "shutdown.timeout", DefaultShutdownTimeout)
+
+	for name, db := range c.Databases {
+		p := "databases." + name
+		d.str(&db.Driver, DefaultDatabaseDriver)
+		d.int(&db.MaxConns, p+".max_conns", DefaultDatabaseMaxConns)
+		c.Databases[name] = db
+	}
+	for name, s := range c.Sinks {
+		p := "sinks." + name
+		d.str(&s.ClientID, DefaultClientID)
+		d.int(&s.MaxMessageBytes, p+".max_message_bytes", DefaultMaxMessageBytes)
+		d.dur(&s.DeliveryTimeout, p+".delivery_timeout", DefaultDeliveryTimeout)
+		d.int(&s.RecordRetries, p+".record_retries", DefaultRecordRetries)
+		d.str(&s.Compression, DefaultCompression)
+		c.Sinks[name] = s
+	}
+	for i := range c.Sources {
+		c.sourceDefaults(d, i)
+	}
+}
+
+func (c *Config) sourceDefaults(d defaulter, i int) {
+	s := &c.Sources[i]
+	p := "sources[" + strconv.Itoa(i) + "]"
+	if s.Database == "" && len(c.Databases) == 1 {
+		s.Database = sortedKeys(c.Databases)[0]
+	}
+	if s.Sink == "" && len(c.Sinks) == 1 {
+		s.Sink = sortedKeys(c.Sinks)[0]
+	}
+	d.int(&s.BatchSize, p+".batch_size", DefaultBatchSize)
+	d.int(&s.Pipeline, p+".pipeline", DefaultPipeline)
+	d.int(&s.MaxAttempts, p+".max_attempts", DefaultMaxAttempts)
+	d.dur(&s.Backoff.Initial, p+".backoff.initial", DefaultBackoffInitial)
+	d.dur(&s.Backoff.Max, p+".backoff.max", DefaultBackoffMax)
+	d.dur(&s.Poll.Min, p+".poll.min", DefaultPollMin)
+	d.dur(&s.Poll.Max, p+".poll.max", DefaultPollMax)
+	d.str(&s.Notify, DefaultNotify)
+	if s.Ordering == nil {
+		s.Ordering = ptr(true)
+	}
+	if s.InstallTrigger == nil {
+		s.InstallTrigger = ptr(true)
+	}
+	if s.Discover != nil {
+		disc := *s.Discover // copy: the caller may share the pointer
+		if len(disc.Tables) == 0 {
+			disc.Tables = DefaultDiscoverTables()
+		}
+		d.dur(&disc.Interval, p+".discover.interval", DefaultDiscoverInterval)
+		s.Discover = &disc
+	}
+}
+
+// defaulter sets fields that are unset.
+type defaulter struct {
+	explicit func(path string) bool
+}
+
+func (d defaulter) set(path string) bool { return d.explicit != nil && d.explicit(path) }
+
+func (d defaulter) str(p *string, v string) {
+	if *p == "" {
+		*p = v
+	}
+}
+
+func (d defaulter) int(p *int, path string, v int) {
+	if *p == 0 && !d.set(path) {
+		*p = v
+	}
+}
+
+func (d defaulter) dur(p *Duration, path string, v time.Duration) {
+	if *p == 0 && !d.set(path) {
+		*p = Duration(v)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }

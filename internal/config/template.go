@@ -1,0 +1,108 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Part is one piece of a [Template]: a column reference when Column is set,
+// else the literal text Literal.
+type Part struct {
+	Literal string
+	Column  string
+}
+
+// Template is a parsed template field such as "tenant:{tenantId}": literal
+// text mixed with {column} references. The zero Template renders as "".
+type Template []Part
+
+// ParseTemplate parses s. Text between braces names a column; everything
+// else is literal. Braces cannot be escaped: a "}" outside a reference, a "{"
+// inside one, an unclosed "{", an empty "{}" and a column name with leading
+// or trailing spaces are errors. The empty string is a valid, empty template.
+func ParseTemplate(s string) (Template, error) {
+	var t Template
+	start := 0 // start of the pending literal
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '}':
+			return nil, templateError(s, "unexpected \"}\" at byte %d", i)
+		case '{':
+			n := strings.IndexAny(s[i+1:], "{}")
+			if n < 0 {
+				return nil, templateError(s, "unclosed \"{\" at byte %d", i)
+			}
+			end := i + 1 + n
+			if s[end] == '{' {
+				return nil, templateError(s, "\"{\" at byte %d inside the reference opened at byte %d", end, i)
+			}
+			col := s[i+1 : end]
+			if col == "" {
+				return nil, templateError(s, "empty column reference at byte %d", i)
+			}
+			if strings.TrimSpace(col) != col {
+				return nil, templateError(s, "column name %q at byte %d has leading or trailing spaces", col, i)
+			}
+			if i > start {
+				t = append(t, Part{Literal: s[start:i]})
+			}
+			t = append(t, Part{Column: col})
+			i, start = end, end+1
+		}
+	}
+	if start < len(s) {
+		t = append(t, Part{Literal: s[start:]})
+	}
+	return t, nil
+}
+
+func templateError(s, format string, args ...any) error {
+	return fmt.Errorf("invalid template %q: %s", s, fmt.Sprintf(format, args...))
+}
+
+// Columns returns the referenced column names, each once, in order of first
+// use.
+func (t Template) Columns() []string {
+	var cols []string
+	for _, p := range t {
+		if p.Column != "" && !slices.Contains(cols, p.Column) {
+			cols = append(cols, p.Column)
+		}
+	}
+	return cols
+}
+
+// Render replaces each reference with lookup(column). It returns false when
+// lookup does, that is when a referenced column is missing or NULL.
+func (t Template) Render(lookup func(col string) (string, bool)) (string, bool) {
+	if len(t) == 1 && t[0].Column == "" {
+		return t[0].Literal, true
+	}
+	var b strings.Builder
+	for _, p := range t {
+		if p.Column == "" {
+			b.WriteString(p.Literal)
+			continue
+		}
+		v, ok := lookup(p.Column)
+		if !ok {
+			return "", false
+		}
+		b.WriteString(v)
+	}
+	return b.String(), true
+}
+
+// String returns the template in the form ParseTemplate reads.
+func (t Template) String() string {
+	var b strings.Builder
+	for _, p := range t {
+		if p.Column != "" {
+			b.WriteString("{" + p.Column + "}")
+		} else {
+			b.WriteString(p.Literal)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,249 @@
+package config
+
+import (
+	"fmt"
+	"net"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Allowed values of the enumerated fields.
+var (
+	logLevels      = []string{"debug", "info", "warn", "error"}
+	logFormats     = []string{"json", "text"}
+	dbDrivers      = []string{"postgres"}
+	sinkTypes      = []string{"kafka"}
+	compressions   = []string{"none", "gzip", "snappy", "lz4", "zstd"}
+	saslMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
+	notifyModes    = []string{"auto", "on", "off"}
+	payloadFormats = []string{"json", "raw"}
+	stateModes     = []string{"flag", "timestamp", "status", "delete"}
+)
+
+// Limits checked by Validate.
+const (
+	MaxBatchSize   = 10000
+	MaxPipeline    = 64
+	MaxMaxAttempts = 1000
+)
+
+// namePattern is what source, database and sink names must match.
+var namePattern = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,100}$`)
+
+// Validate checks a configuration whose defaults are applied and returns a
+// *ValidationError listing every problem, or nil.
+func (c *Config) Validate() error {
+	var ps problems
+	if err := checkPlainIdent(c.RelaySchema); err != nil {
+		ps.add("relay_schema", "%v", err)
+	}
+	oneOf(&ps, "log.level", c.Log.Level, logLevels, true)
+	oneOf(&ps, "log.format", c.Log.Format, logFormats, true)
+	if l := c.Admin.Listen; l != "off" {
+		if _, _, err := net.SplitHostPort(l); err != nil {
+			ps.add("admin.listen", "must be host:port, :port or \"off\", got %q", l)
+		}
+	}
+	positive(&ps, "shutdown.timeout", c.Shutdown.Timeout)
+
+	for _, name := range sortedKeys(c.Databases) {
+		c.validateDatabase(&ps, name)
+	}
+	for _, name := range sortedKeys(c.Sinks) {
+		c.validateSink(&ps, name)
+	}
+	if len(c.Sources) == 0 {
+		ps.add("sources", "at least one source is required")
+	}
+	seen := map[string]int{}
+	for i := range c.Sources {
+		c.validateSource(&ps, i, seen)
+	}
+	return ps.err()
+}
+
+func (c *Config) validateDatabase(ps *problems, name string) {
+	db, p := c.Databases[name], "databases."+name
+	checkName(ps, "databases", name)
+	oneOf(ps, p+".driver", db.Driver, dbDrivers, true)
+	if db.DSN == "" {
+		ps.add(p+".dsn", "required (or set %s)", DatabaseDSNEnv(name))
+	}
+	if db.MaxConns < 1 {
+		ps.add(p+".max_conns", "must be at least 1, got %d", db.MaxConns)
+	}
+}
+
+func (c *Config) validateSink(ps *problems, name string) {
+	s, p := c.Sinks[name], "sinks."+name
+	checkName(ps, "sinks", name)
+	oneOf(ps, p+".type", s.Type, sinkTypes, true)
+	if len(s.Brokers) == 0 {
+		ps.add(p+".brokers", "required (or set %s)", SinkBrokersEnv(name))
+	}
+	for i, b := range s.Brokers {
+		if b == "" || strings.ContainsFunc(b, isSpace) {
+			ps.add(fmt.Sprintf("%s.brokers[%d]", p, i), "must be host:port, got %q", b)
+		}
+	}
+	if s.ClientID == "" {
+		ps.add(p+".client_id", "required")
+	}
+	if s.MaxMessageBytes < 1 {
+		ps.add(p+".max_message_bytes", "must be at least 1, got %d", s.MaxMessageBytes)
+	}
+	positive(ps, p+".delivery_timeout", s.DeliveryTimeout)
+	if s.RecordRetries < 0 {
+		ps.add(p+".record_retries", "must not be negative, got %d", s.RecordRetries)
+	}
+	if s.Linger < 0 {
+		ps.add(p+".linger", "must not be negative, got %s", s.Linger)
+	}
+	oneOf(ps, p+".compression", s.Compression, compressions, true)
+	if a := s.SASL; a != nil {
+		oneOf(ps, p+".sasl.mechanism", a.Mechanism, saslMechanisms, true)
+		if a.Username == "" {
+			ps.add(p+".sasl.username", "required")
+		}
+		if a.Password == "" {
+			ps.add(p+".sasl.password", "required (or set %s)", SinkSASLPasswordEnv(name))
+		}
+	}
+	if t := s.TLS; t != nil && (t.CertFile == "") != (t.KeyFile == "") {
+		ps.add(p+".tls", "set both cert_file and key_file, or neither")
+	}
+}
+
+func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
+	s, p := &c.Sources[i], fmt.Sprintf("sources[%d]", i)
+	switch {
+	case s.Name == "":
+		ps.add(p+".name", "required")
+	case !namePattern.MatchString(s.Name):
+		ps.add(p+".name", "must match %s, got %q", namePattern, s.Name)
+	default:
+		if j, dup := seen[s.Name]; dup {
+			ps.add(p+".name", "duplicate name %q (also sources[%d])", s.Name, j)
+		} else {
+			seen[s.Name] = i
+		}
+	}
+	reference(ps, p+".database", "database", s.Database, sortedKeys(c.Databases))
+	reference(ps, p+".sink", "sink", s.Sink, sortedKeys(c.Sinks))
+
+	if (s.Table == "") == (s.Discover == nil) {
+		ps.add(p, "set exactly one of table and discover")
+	}
+	if s.Table != "" {
+		if _, _, err := ParseTableName(s.Table); err != nil {
+			ps.add(p+".table", "%v", err)
+		}
+	}
+	if d := s.Discover; d != nil {
+		validateDiscover(ps, p+".discover", d)
+	}
+	validateLayout(ps, p+".layout", &s.Layout)
+	checkTemplate(ps, p+".topic", s.Topic)
+
+	between(ps, p+".batch_size", s.BatchSize, 1, MaxBatchSize)
+	between(ps, p+".pipeline", s.Pipeline, 1, MaxPipeline)
+	between(ps, p+".max_attempts", s.MaxAttempts, 1, MaxMaxAttempts)
+	ordered(ps, p+".backoff", "initial", "max", s.Backoff.Initial, s.Backoff.Max)
+	ordered(ps, p+".poll", "min", "max", s.Poll.Min, s.Poll.Max)
+	oneOf(ps, p+".notify", s.Notify, notifyModes, true)
+}
+
+func validateDiscover(ps *problems, p string, d *Discover) {
+	if d.Schemas == "" {
+		ps.add(p+".schemas", "required (a regular expression on schema names)")
+	} else if _, err := regexp.Compile(d.Schemas); err != nil {
+		ps.add(p+".schemas", "invalid regular expression: %v", err)
+	}
+	if len(d.Tables) == 0 {
+		ps.add(p+".tables", "required")
+	}
+	for i, t := range d.Tables {
+		if id, rest, err := parseIdent(t); err != nil {
+			ps.add(fmt.Sprintf("%s.tables[%d]", p, i), "invalid table name %q: %v", t, err)
+		} else if rest != "" {
+			ps.add(fmt.Sprintf("%s.tables[%d]", p, i), "invalid table name %q: unexpected %q after %q (give the table name alone)", t, rest, id)
+		}
+	}
+	positive(ps, p+".interval", d.Interval)
+}
+
+func validateLayout(ps *problems, p string, l *Layout) {
+	oneOf(ps, p+".payload_format", l.PayloadFormat, payloadFormats, false)
+	oneOf(ps, p+".state.mode", l.State.Mode, stateModes, false)
+	checkTemplate(ps, p+".topic", l.Topic)
+	checkTemplate(ps, p+".key", l.Key)
+	checkTemplate(ps, p+".partition_key", l.PartitionKey)
+	checkTemplate(ps, p+".order_key", l.OrderKey)
+}
+
+// checkTemplate reports a template field that does not parse.
+func checkTemplate(ps *problems, path, s string) {
+	if _, err := ParseTemplate(s); err != nil {
+		ps.add(path, "%v", err)
+	}
+}
+
+// reference checks that a source names an existing database or sink.
+func reference(ps *problems, path, kind, name string, have []string) {
+	switch {
+	case name == "" && len(have) == 0:
+		ps.add(path, "required, and no %ss are configured", kind)
+	case name == "":
+		ps.add(path, "required when more than one %s is configured (have: %s)", kind, strings.Join(have, ", "))
+	case !slices.Contains(have, name):
+		list := strings.Join(have, ", ")
+		if list == "" {
+			list = "none"
+		}
+		ps.add(path, "unknown %s %q (have: %s)", kind, name, list)
+	}
+}
+
+// checkName reports a database or sink name that namePattern rejects.
+func checkName(ps *problems, path, name string) {
+	if !namePattern.MatchString(name) {
+		ps.add(path, "invalid name %q: must match %s", name, namePattern)
+	}
+}
+
+// oneOf reports a value outside allowed; an empty value is reported only
+// when required.
+func oneOf(ps *problems, path, v string, allowed []string, required bool) {
+	switch {
+	case v == "" && !required:
+	case v == "":
+		ps.add(path, "required (one of: %s)", strings.Join(allowed, ", "))
+	case !slices.Contains(allowed, v):
+		ps.add(path, "must be one of %s, got %q", strings.Join(allowed, ", "), v)
+	}
+}
+
+func between(ps *problems, path string, v, lo, hi int) {
+	if v < lo || v > hi {
+		ps.add(path, "must be between %d and %d, got %d", lo, hi, v)
+	}
+}
+
+func positive(ps *problems, path string, d Duration) {
+	if d <= 0 {
+		ps.add(path, "must be positive, got %s", d)
+	}
+}
+
+// ordered checks that lo and hi are positive and lo <= hi.
+func ordered(ps *problems, p, loName, hiName string, lo, hi Duration) {
+	positive(ps, p+"."+loName, lo)
+	positive(ps, p+"."+hiName, hi)
+	if lo > 0 && hi > 0 && lo > hi {
+		group := p[strings.LastIndexByte(p, '.')+1:]
+		ps.add(p+"."+loName, "must not exceed %s.%s (%s), got %s", group, hiName, hi, lo)
+	}
+}
+
+func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }

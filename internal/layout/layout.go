@@ -1,0 +1,259 @@
+// Package layout maps an outbox table's columns to events. A layout is data:
+// a preset (see Presets) merged with a source's overrides, then checked
+// against the real table's columns so that a typo fails at start with the
+// field that names it.
+package layout
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+)
+
+// Column is one column of an outbox table as the database describes it.
+type Column struct {
+	Name string
+	// Type is the SQL type as the database spells it (format_type), used
+	// for casts such as $1::uuid[].
+	Type string
+}
+
+// Layout is a merged layout checked against a real table. Optional columns
+// the table lacks are empty strings.
+type Layout struct {
+	ID      Column
+	Payload Column
+	// PayloadJSON asks for the payload to be validated as JSON; a row that
+	// is not goes to the dead-letter table.
+	PayloadJSON bool
+
+	Topic, Key, PartitionKey config.Template
+	// OrderKeys are tried in turn; the first that is not empty is the row's
+	// order key (the partition key, falling back to the key, as the Kafka
+	// partition does). None at all means one global order.
+	OrderKeys []config.Template
+
+	Headers, EventType, AggregateType, AggregateID, CreatedAt string
+	OrderBy, XID, RetryCount, MaxRetries, Error                string
+
+	Mode        string // flag|timestamp|status|delete
+	Flag        string
+	PublishedAt string
+	Status      string
+	Pending     string
+	Published   string
+	Failed      string
+}
+
+// FieldError names the layout field that is wrong.
+type FieldError struct {
+	Field string
+	Msg   string
+}
+
+func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
+
+// Merge overlays a source's layout fields on its preset. topic, when not
+// empty, replaces the topic template. It returns the merged layout and the
+// set of fields the source set itself (those must exist in the table; a
+// preset's optional columns that the table lacks are dropped instead).
+func Merge(preset string, over config.Layout, topic string) (config.Layout, map[string]bool, error) {
+	var l config.Layout
+	if preset != "" {
+		p, ok := Presets[preset]
+		if !ok {
+			return l, nil, &FieldError{"preset", fmt.Sprintf("unknown preset %q (have: %s)", preset, strings.Join(PresetNames(), ", "))}
+		}
+		l = p
+		l.State.PublishedAt = append([]string(nil), p.State.PublishedAt...)
+	}
+	explicit := map[string]bool{}
+	set := func(name string, dst *string, v string) {
+		if v != "" {
+			*dst = v
+			explicit[name] = true
+		}
+	}
+	set("id", &l.ID, over.ID)
+	set("payload", &l.Payload, over.Payload)
+	set("payload_format", &l.PayloadFormat, over.PayloadFormat)
+	set("topic", &l.Topic, over.Topic)
+	set("topic", &l.Topic, topic)
+	set("key", &l.Key, over.Key)
+	set("partition_key", &l.PartitionKey, over.PartitionKey)
+	set("order_key", &l.OrderKey, over.OrderKey)
+	set("headers", &l.Headers, over.Headers)
+	set("event_type", &l.EventType, over.EventType)
+	set("aggregate_type", &l.AggregateType, over.AggregateType)
+	set("aggregate_id", &l.AggregateID, over.AggregateID)
+	set("created_at", &l.CreatedAt, over.CreatedAt)
+	set("order_by", &l.OrderBy, over.OrderBy)
+	set("xid_column", &l.XIDColumn, over.XIDColumn)
+	set("retry_count", &l.RetryCount, over.RetryCount)
+	set("max_retries", &l.MaxRetries, over.MaxRetries)
+	set("error", &l.Error, over.Error)
+	set("state.mode", &l.State.Mode, over.State.Mode)
+	set("state.flag", &l.State.Flag, over.State.Flag)
+	set("state.status", &l.State.Status, over.State.Status)
+	set("state.pending", &l.State.Pending, over.State.Pending)
+	set("state.published", &l.State.Published, over.State.Published)
+	set("state.failed", &l.State.Failed, over.State.Failed)
+	if len(over.State.PublishedAt) > 0 {
+		l.State.PublishedAt = over.State.PublishedAt
+		explicit["state.published_at"] = true
+	}
+	if l.State.Mode == "" {
+		return l, nil, &FieldError{"state.mode", "required: set a preset or layout.state.mode (flag|timestamp|status|delete)"}
+	}
+	return l, explicit, nil
+}
+
+// Resolve checks a merged layout against the table's columns.
+func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Column) (*Layout, error) {
+	byName := make(map[string]Column, len(cols))
+	for _, c := range cols {
+		byName[c.Name] = c
+	}
+	missing := func(field, col string) error {
+		return &FieldError{field, fmt.Sprintf("column %q not found in %s", col, table)}
+	}
+	out := &Layout{Mode: l.State.Mode, PayloadJSON: l.PayloadFormat != "raw"}
+	need := func(field, col string) (Column, error) {
+		if col == "" {
+			return Column{}, &FieldError{field, "required"}
+		}
+		c, ok := byName[col]
+		if !ok {
+			return Column{}, missing(field, col)
+		}
+		return c, nil
+	}
+	// optional keeps a column the table has; a missing one is an error only
+	// when the source named it itself.
+	optional := func(field, col string) (string, error) {
+		if col == "" {
+			return "", nil
+		}
+		if _, ok := byName[col]; ok {
+			return col, nil
+		}
+		if explicit[field] {
+			return "", missing(field, col)
+		}
+		return "", nil
+	}
+	var err error
+	if out.ID, err = need("id", l.ID); err != nil {
+		return nil, err
+	}
+	if out.Payload, err = need("payload", l.Payload); err != nil {
+		return nil, err
+	}
+	for _, f := range []struct {
+		field string
+		src   string
+		dst   *string
+	}{
+		{"headers", l.Headers, &out.Headers},
+		{"event_type", l.EventType, &out.EventType},
+		{"aggregate_type", l.AggregateType, &out.AggregateType},
+		{"aggregate_id", l.AggregateID, &out.AggregateID},
+		{"created_at", l.CreatedAt, &out.CreatedAt},
+		{"order_by", l.OrderBy, &out.OrderBy},
+		{"xid_column", l.XIDColumn, &out.XID},
+		{"retry_count", l.RetryCount, &out.RetryCount},
+		{"max_retries", l.MaxRetries, &out.MaxRetries},
+		{"error", l.Error, &out.Error},
+	} {
+		if *f.dst, err = optional(f.field, f.src); err != nil {
+			return nil, err
+		}
+	}
+	if out.OrderBy == "" {
+		out.OrderBy = out.CreatedAt
+		if out.OrderBy == "" {
+			out.OrderBy = out.ID.Name
+		}
+	}
+	for _, cand := range l.State.PublishedAt {
+		if _, ok := byName[cand]; ok {
+			out.PublishedAt = cand
+			break
+		}
+	}
+	if out.PublishedAt == "" && len(l.State.PublishedAt) > 0 && (explicit["state.published_at"] || l.State.Mode == "timestamp") {
+		return nil, &FieldError{"state.published_at", fmt.Sprintf("none of the columns %s found in %s", strings.Join(l.State.PublishedAt, ", "), table)}
+	}
+	switch l.State.Mode {
+	case "flag":
+		c, err := need("state.flag", l.State.Flag)
+		if err != nil {
+			return nil, err
+		}
+		out.Flag = c.Name
+	case "timestamp":
+		if out.PublishedAt == "" {
+			return nil, &FieldError{"state.published_at", "required for mode timestamp"}
+		}
+	case "status":
+		c, err := need("state.status", l.State.Status)
+		if err != nil {
+			return nil, err
+		}
+		out.Status = c.Name
+		out.Pending, out.Published, out.Failed = l.State.Pending, l.State.Published, l.State.Failed
+		for field, v := range map[string]string{"state.pending": out.Pending, "state.published": out.Published, "state.failed": out.Failed} {
+			if v == "" {
+				return nil, &FieldError{field, "required for mode status"}
+			}
+		}
+	case "delete":
+	default:
+		return nil, &FieldError{"state.mode", fmt.Sprintf("must be flag, timestamp, status or delete, got %q", l.State.Mode)}
+	}
+
+	tmpl := func(field, src string, required bool) (config.Template, error) {
+		if src == "" {
+			if required {
+				return nil, &FieldError{field, "required"}
+			}
+			return nil, nil
+		}
+		t, err := config.ParseTemplate(src)
+		if err != nil {
+			return nil, &FieldError{field, err.Error()}
+		}
+		for _, c := range t.Columns() {
+			if _, ok := byName[c]; !ok {
+				if !required && !explicit[field] {
+					return nil, nil // a preset's optional column the table lacks
+				}
+				return nil, missing(field, c)
+			}
+		}
+		return t, nil
+	}
+	if out.Topic, err = tmpl("topic", l.Topic, true); err != nil {
+		return nil, err
+	}
+	if out.Key, err = tmpl("key", l.Key, false); err != nil {
+		return nil, err
+	}
+	if out.PartitionKey, err = tmpl("partition_key", l.PartitionKey, false); err != nil {
+		return nil, err
+	}
+	orderKey, err := tmpl("order_key", l.OrderKey, false)
+	if err != nil {
+		return nil, err
+	}
+	for _, t := range []config.Template{orderKey, out.PartitionKey, out.Key} {
+		if len(t) > 0 {
+			out.OrderKeys = append(out.OrderKeys, t)
+			if l.OrderKey != "" {
+				break
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,61 @@
+package layout
+
+import (
+	"sort"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+)
+
+// Presets are the built-in layouts for the outbox shapes teams already have.
+// A source names one and may override any field; a new shape needs only
+// config.
+var Presets = map[string]config.Layout{
+	// published-flag: a boolean `published` plus a published timestamp named
+	// published_at or processed_at; events keyed by aggregate, topic by event
+	// type (seed 000's service outboxes).
+	"published-flag": {
+		ID: "id", Payload: "payload", PayloadFormat: "json",
+		Topic: "{event_type}", Key: "{aggregate_id}",
+		EventType: "event_type", AggregateType: "aggregate_type", AggregateID: "aggregate_id",
+		CreatedAt: "created_at", OrderBy: "created_at",
+		State: config.State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at", "processed_at"}},
+	},
+	// status: a `status` column pending/published/failed with retry_count,
+	// per-row max_retries, a topic column, partition_key and JSON headers
+	// (seed 001).
+	"status": {
+		ID: "id", Payload: "payload", PayloadFormat: "json",
+		Topic: "{topic}", Key: "{aggregate_id}", PartitionKey: "{partition_key}",
+		Headers: "headers", EventType: "event_type", AggregateType: "aggregate_type", AggregateID: "aggregate_id",
+		CreatedAt: "created_at", OrderBy: "created_at",
+		RetryCount: "retry_count", MaxRetries: "max_retries",
+		State: config.State{Mode: "status", Status: "status", Pending: "pending", Published: "published", Failed: "failed",
+			PublishedAt: []string{"published_at"}},
+	},
+	// prisma: Prisma's quoted camelCase columns with a status enum and an
+	// error column (seed 002's tenant."OutboxEvent").
+	"prisma": {
+		ID: "id", Payload: "payload", PayloadFormat: "json",
+		Topic: "{eventType}", Key: "{aggregateId}",
+		EventType: "eventType", AggregateType: "aggregateType", AggregateID: "aggregateId",
+		CreatedAt: "createdAt", OrderBy: "createdAt", Error: "error",
+		State: config.State{Mode: "status", Status: "status", Pending: "pending", Published: "published", Failed: "failed",
+			PublishedAt: []string{"publishedAt"}},
+	},
+	// delete: rows are deleted once delivered; topic and key columns.
+	"delete": {
+		ID: "id", Payload: "payload", PayloadFormat: "json",
+		Topic: "{topic}", Key: "{key}", OrderBy: "id",
+		State: config.State{Mode: "delete"},
+	},
+}
+
+// PresetNames lists the presets, sorted.
+func PresetNames() []string {
+	names := make([]string, 0, len(Presets))
+	for n := range Presets {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,190 @@
+// Package metrics defines the Prometheus metrics the relay exports.
+//
+// Every metric carries a "source" label: the name of the configured outbox
+// source, so that one process relaying several outboxes reports each one
+// separately. Dead-lettered events also carry a "reason" label, one of the
+// Reason constants.
+//
+// Counters:
+//
+//	outbox_relay_events_published_total{source}           events delivered to the sink
+//	outbox_relay_events_retried_total{source}              failed publishes scheduled for another attempt
+//	outbox_relay_events_dead_lettered_total{source,reason} events moved to the dead-letter table
+//	outbox_relay_events_deferred_total{source}             events held back (e.g. behind an earlier event of the same key)
+//	outbox_relay_claim_batches_total{source}               batches claimed from the outbox
+//	outbox_relay_notify_wakeups_total{source}              wake-ups caused by a database notification
+//
+// Gauges:
+//
+//	outbox_relay_oldest_pending_age_seconds{source} age of the oldest event not yet published
+//	outbox_relay_pending_events{source}             events waiting to be published
+//	outbox_relay_failed_events{source}              events in the dead-letter table (its depth)
+//	outbox_relay_inflight_batches{source}           batches claimed but not yet committed
+//
+// Histograms:
+//
+//	outbox_relay_batch_duration_seconds{source}    from claiming a batch to committing its outcome
+//	outbox_relay_publish_duration_seconds{source}  one publish call to the sink
+//	outbox_relay_claim_duration_seconds{source}    one claim query
+//	outbox_relay_batch_size{source}                events per claimed batch
+//	outbox_relay_commit_to_publish_seconds{source} age of an event when it was published
+package metrics
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+const namespace = "outbox_relay"
+
+// Values of the "reason" label of outbox_relay_events_dead_lettered_total.
+const (
+	// ReasonTerminal: the sink rejected the event in a way retrying cannot fix.
+	ReasonTerminal = "terminal"
+	// ReasonExhausted: the event failed on every attempt it was allowed.
+	ReasonExhausted = "exhausted"
+)
+
+// DurationBuckets are the histogram buckets, in seconds, for durations and
+// ages: from a millisecond to ten minutes.
+var DurationBuckets = []float64{
+	.001, .0025, .005, .01, .025, .05, .1, .25, .5,
+	1, 2.5, 5, 10, 30, 60, 120, 300, 600,
+}
+
+// SizeBuckets are the histogram buckets for batch sizes, in events.
+var SizeBuckets = []float64{1, 2, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000}
+
+// Metrics holds the relay's metric vectors. Use Source to get the metrics of
+// one source with its label applied.
+type Metrics struct {
+	Published     *prometheus.CounterVec // {source}
+	Retried       *prometheus.CounterVec // {source}
+	DeadLettered  *prometheus.CounterVec // {source, reason}
+	Deferred      *prometheus.CounterVec // {source}
+	ClaimBatches  *prometheus.CounterVec // {source}
+	NotifyWakeups *prometheus.CounterVec // {source}
+
+	OldestPendingAge *prometheus.GaugeVec // {source}, seconds
+	PendingEvents    *prometheus.GaugeVec // {source}
+	FailedEvents     *prometheus.GaugeVec // {source}, dead-letter depth
+	InflightBatches  *prometheus.GaugeVec // {source}
+
+	BatchDuration   *prometheus.HistogramVec // {source}, seconds
+	PublishDuration *prometheus.HistogramVec // {source}, seconds
+	ClaimDuration   *prometheus.HistogramVec // {source}, seconds
+	BatchSize       *prometheus.HistogramVec // {source}, events
+	CommitToPublish *prometheus.HistogramVec // {source}, seconds
+}
+
+// New creates the metrics and registers them with reg. It panics if one of
+// them is already registered there, as promauto does. With a nil reg the
+// metrics work but are not registered anywhere, which suits tests.
+func New(reg prometheus.Registerer) *Metrics {
+	f := promauto.With(reg)
+	source := []string{"source"}
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return f.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, source)
+	}
+	histogram := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return f.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: namespace, Name: name, Help: help, Buckets: buckets,
+		}, source)
+	}
+
+	return &Metrics{
+		Published: counter("events_published_total",
+			"Events delivered to the sink.", source...),
+		Retried: counter("events_retried_total",
+			"Failed publishes scheduled for another attempt.", source...),
+		DeadLettered: counter("events_dead_lettered_total",
+			"Events moved to the dead-letter table, by reason (terminal or exhausted).", "source", "reason"),
+		Deferred: counter("events_deferred_total",
+			"Events held back for a later batch.", source...),
+		ClaimBatches: counter("claim_batches_total",
+			"Batches claimed from the outbox.", source...),
+		NotifyWakeups: counter("notify_wakeups_total",
+			"Wake-ups caused by a database notification.", source...),
+
+		OldestPendingAge: gauge("oldest_pending_age_seconds",
+			"Age of the oldest event not yet published."),
+		PendingEvents: gauge("pending_events",
+			"Events waiting to be published."),
+		FailedEvents: gauge("failed_events",
+			"Events in the dead-letter table."),
+		InflightBatches: gauge("inflight_batches",
+			"Batches claimed but not yet committed."),
+
+		BatchDuration: histogram("batch_duration_seconds",
+			"Time from claiming a batch to committing its outcome.", DurationBuckets),
+		PublishDuration: histogram("publish_duration_seconds",
+			"Time of one publish call to the sink.", DurationBuckets),
+		ClaimDuration: histogram("claim_duration_seconds",
+			"Time of one claim query.", DurationBuckets),
+		BatchSize: histogram("batch_size",
+			"Events per claimed batch.", SizeBuckets),
+		CommitToPublish: histogram("commit_to_publish_seconds",
+			"Age of an event (since its transaction committed) when it was published.", DurationBuckets),
+	}
+}
+
+// SourceMetrics are the metrics of one source, label already applied.
+type SourceMetrics struct {
+	Published     prometheus.Counter
+	Retried       prometheus.Counter
+	Deferred      prometheus.Counter
+	ClaimBatches  prometheus.Counter
+	NotifyWakeups prometheus.Counter
+
+	OldestPendingAge prometheus.Gauge
+	PendingEvents    prometheus.Gauge
+	FailedEvents     prometheus.Gauge
+	InflightBatches  prometheus.Gauge
+
+	BatchDuration   prometheus.Observer
+	PublishDuration prometheus.Observer
+	ClaimDuration   prometheus.Observer
+	BatchSize       prometheus.Observer
+	CommitToPublish prometheus.Observer
+
+	deadLettered *prometheus.CounterVec // curried with source; label left: reason
+}
+
+// Source returns the metrics of the named source. It also creates every
+// series of that source at zero (both dead-letter reasons included), so they
+// are exported before the first event. Calling it again with the same name
+// returns metrics sharing the same series.
+func (m *Metrics) Source(name string) *SourceMetrics {
+	s := &SourceMetrics{
+		Published:     m.Published.WithLabelValues(name),
+		Retried:       m.Retried.WithLabelValues(name),
+		Deferred:      m.Deferred.WithLabelValues(name),
+		ClaimBatches:  m.ClaimBatches.WithLabelValues(name),
+		NotifyWakeups: m.NotifyWakeups.WithLabelValues(name),
+
+		OldestPendingAge: m.OldestPendingAge.WithLabelValues(name),
+		PendingEvents:    m.PendingEvents.WithLabelValues(name),
+		FailedEvents:     m.FailedEvents.WithLabelValues(name),
+		InflightBatches:  m.InflightBatches.WithLabelValues(name),
+
+		BatchDuration:   m.BatchDuration.WithLabelValues(name),
+		PublishDuration: m.PublishDuration.WithLabelValues(name),
+		ClaimDuration:   m.ClaimDuration.WithLabelValues(name),
+		BatchSize:       m.BatchSize.WithLabelValues(name),
+		CommitToPublish: m.CommitToPublish.WithLabelValues(name),
+
+		deadLettered: m.DeadLettered.MustCurryWith(prometheus.Labels{"source": name}),
+	}
+	s.DeadLettered(ReasonTerminal)
+	s.DeadLettered(ReasonExhausted)
+	return s
+}
+
+// DeadLettered returns the dead-letter counter for reason, normally one of
+// ReasonTerminal and ReasonExhausted.
+func (s *SourceMetrics) DeadLettered(reason string) prometheus.Counter {
+	return s.deadLettered.WithLabelValues(reason)
+}

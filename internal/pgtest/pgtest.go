@@ -1,0 +1,97 @@
+// Package pgtest gives tests a fresh PostgreSQL database of their own on the
+// server named by OUTBOX_RELAY_TEST_PG (default: the local server, user
+// postgres, trust auth). Each database is dropped when its test ends.
+package pgtest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"net/url"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// DefaultDSN is used when OUTBOX_RELAY_TEST_PG is not set.
+const DefaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// AdminDSN is the DSN tests connect to for creating databases.
+func AdminDSN() string {
+	if v := os.Getenv("OUTBOX_RELAY_TEST_PG"); v != "" {
+		return v
+	}
+	return DefaultDSN
+}
+
+// Suffix returns a short random lower-case suffix for unique names.
+func Suffix() string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// NewDB creates an empty database and returns its DSN and a pool on it.
+func NewDB(t testing.TB) (string, *pgxpool.Pool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminDSN())
+	if err != nil {
+		t.Fatalf("connect to PostgreSQL at %s (start it with scripts/services.sh postgres): %v", AdminDSN(), err)
+	}
+	defer admin.Close(ctx)
+	name := "outbox_test_" + Suffix()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, AdminDSN())
+		if err != nil {
+			t.Logf("drop database %s: %v", name, err)
+			return
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
+			t.Logf("drop database %s: %v", name, err)
+		}
+	})
+	u, err := url.Parse(AdminDSN())
+	if err != nil {
+		t.Fatalf("parse %s: %v", AdminDSN(), err)
+	}
+	u.Path = "/" + name
+	dsn := u.String()
+	pool, err := pgxpool.New(ctx, dsn)
+	if err != nil {
+		t.Fatalf("connect to %s: %v", dsn, err)
+	}
+	t.Cleanup(pool.Close)
+	return dsn, pool
+}
+
+// Exec runs SQL statements or fails the test.
+func Exec(t testing.TB, pool *pgxpool.Pool, sql ...string) {
+	t.Helper()
+	for _, s := range sql {
+		if _, err := pool.Exec(context.Background(), s); err != nil {
+			t.Fatalf("exec %q: %v", s, err)
+		}
+	}
+}
+
+// WithUser returns dsn with the user (and no password) replaced.
+func WithUser(t testing.TB, dsn, user string) string {
+	t.Helper()
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatalf("parse %s: %v", dsn, err)
+	}
+	u.User = url.User(user)
+	return u.String()
+}

@@ -1,0 +1,28 @@
+package relay
+
+import (
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff is an exponential schedule with jitter.
+type Backoff struct {
+	Initial, Max time.Duration
+}
+
+// Delay returns the wait before the next try after the given number of failed
+// attempts (1 for the first failure): Initial*2^(attempts-1), capped at Max,
+// then drawn uniformly from its upper half so that rows failing together do
+// not retry together.
+func (b Backoff) Delay(attempts int) time.Duration {
+	d := b.Initial
+	for i := 1; i < attempts && d < b.Max; i++ {
+		d *= 2
+	}
+	d = min(d, b.Max)
+	if d <= 1 {
+		return d
+	}
+	half := d / 2
+	return half + rand.N(d-half+1)
+}

@@ -1,0 +1,192 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
+
+// inflight is one claimed batch on its way through the pipeline.
+type inflight struct {
+	seq     uint64
+	batch   source.Batch
+	rows    []source.Row
+	claimed time.Time
+	// keyDep maps a key to the earlier batch in flight that holds it.
+	keyDep    map[string]*inflight
+	outcome   source.Outcome
+	deferred  []int
+	violation int           // rows published after an earlier row of their key failed
+	published chan struct{} // closed once every result is in
+	done      chan struct{} // closed once the batch committed or was released
+}
+
+// start registers a claimed batch's keys and publishes it in the background.
+func (w *Worker) start(hard context.Context, seq uint64, b source.Batch) *inflight {
+	f := &inflight{
+		seq: seq, batch: b, rows: b.Rows(), claimed: time.Now(),
+		published: make(chan struct{}), done: make(chan struct{}),
+	}
+	if w.o.Ordering {
+		w.mu.Lock()
+		for i := range f.rows {
+			k := f.rows[i].OrderKey
+			if p := w.lastByKey[k]; p != nil && p != f {
+				if f.keyDep == nil {
+					f.keyDep = map[string]*inflight{}
+				}
+				f.keyDep[k] = p
+			}
+			w.lastByKey[k] = f
+		}
+		w.mu.Unlock()
+	}
+	go w.publish(hard, f)
+	return f
+}
+
+// fenced reports whether rows of key k in the batch with sequence seq must be
+// deferred: a batch that committed after this one was claimed left the key
+// waiting (retry scheduled or commit failed).
+func (w *Worker) fenced(k string, seq uint64) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	v, ok := w.fence[k]
+	return ok && v >= seq
+}
+
+const (
+	stateNone = iota
+	statePublished
+	stateRetry
+	stateDead
+	stateDeferred
+)
+
+func (w *Worker) publish(ctx context.Context, f *inflight) {
+	defer close(f.published)
+	n := len(f.rows)
+	msgs := make([]*sink.Message, n)
+	errs := make([]error, n)
+	state := make([]int8, n)
+	maxBytes := w.o.Sink.MaxMessageBytes()
+	var now, later []int
+	for i := range f.rows {
+		m, err := buildMessage(&f.rows[i], w.o.Name, w.o.ValidateJSON, maxBytes)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		msgs[i] = m
+		if f.keyDep[f.rows[i].OrderKey] != nil {
+			later = append(later, i)
+		} else {
+			now = append(now, i)
+		}
+	}
+	started := time.Now()
+	w.send(ctx, f, now, msgs, errs, state)
+	if len(later) > 0 {
+		deps := make([]*inflight, 0, len(f.keyDep))
+		for _, d := range f.keyDep {
+			if !slices.Contains(deps, d) {
+				deps = append(deps, d)
+			}
+		}
+		slices.SortFunc(deps, func(a, b *inflight) int { return int(a.seq - b.seq) })
+		for _, d := range deps {
+			select {
+			case <-d.done:
+			case <-ctx.Done():
+			}
+		}
+		w.send(ctx, f, later, msgs, errs, state)
+	}
+	if m := w.o.Metrics; m != nil {
+		m.PublishDuration.WithLabelValues(w.o.Name).Observe(time.Since(started).Seconds())
+	}
+	w.decide(f, msgs, errs, state)
+}
+
+// send publishes the rows at idx that are not fenced; fenced rows are
+// deferred.
+func (w *Worker) send(ctx context.Context, f *inflight, idx []int, msgs []*sink.Message, errs []error, state []int8) {
+	if len(idx) == 0 {
+		return
+	}
+	batch := make([]*sink.Message, 0, len(idx))
+	sent := make([]int, 0, len(idx))
+	for _, i := range idx {
+		if w.o.Ordering && w.fenced(f.rows[i].OrderKey, f.seq) {
+			state[i] = stateDeferred
+			continue
+		}
+		if ctx.Err() != nil {
+			state[i] = stateDeferred
+			continue
+		}
+		batch = append(batch, msgs[i])
+		sent = append(sent, i)
+	}
+	if len(batch) == 0 {
+		return
+	}
+	res := w.o.Sink.Publish(ctx, batch)
+	for j, i := range sent {
+		errs[i] = res[j]
+	}
+}
+
+// decide turns results into the batch's outcome, walking rows in order so
+// that a key's first failure defers the rest of that key.
+func (w *Worker) decide(f *inflight, msgs []*sink.Message, errs []error, state []int8) {
+	failedKey := map[string]bool{}
+	for i := range f.rows {
+		r := &f.rows[i]
+		if state[i] == stateDeferred {
+			f.deferred = append(f.deferred, i)
+			continue
+		}
+		err := errs[i]
+		if msgs[i] == nil { // could not be built: terminal
+			f.outcome.Dead = append(f.outcome.Dead, source.Dead{Index: i, Attempts: r.Attempts + 1,
+				Reason: err.Error(), PayloadIsJSON: isJSON(r.Payload)})
+			continue
+		}
+		if w.o.Ordering && failedKey[r.OrderKey] {
+			if err != nil {
+				// Failed because an earlier row of its key did: not its own
+				// attempt.
+				f.deferred = append(f.deferred, i)
+				continue
+			}
+			f.violation++
+		}
+		switch {
+		case err == nil:
+			f.outcome.Published = append(f.outcome.Published, i)
+		case sink.IsTerminal(err):
+			f.outcome.Dead = append(f.outcome.Dead, source.Dead{Index: i, Attempts: r.Attempts + 1,
+				Reason: err.Error(), PayloadIsJSON: isJSON(r.Payload)})
+		default:
+			failedKey[r.OrderKey] = true
+			attempts := r.Attempts + 1
+			budget := w.o.MaxAttempts
+			if r.MaxAttempts > 0 {
+				budget = r.MaxAttempts
+			}
+			if attempts >= budget {
+				f.outcome.Dead = append(f.outcome.Dead, source.Dead{Index: i, Attempts: attempts,
+					Reason:        fmt.Sprintf("retry budget spent after %d attempts: %v", attempts, err),
+					PayloadIsJSON: isJSON(r.Payload)})
+				continue
+			}
+			f.outcome.Retry = append(f.outcome.Retry, source.Retry{Index: i, Attempts: attempts,
+				At: time.Now().Add(w.o.Backoff.Delay(attempts)), Err: err.Error()})
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package relay
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"unicode/utf8"
+
+	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
+
+// Header names the relay sets on every message. Consumers deduplicate on
+// HeaderEventID (with HeaderSource when ids are only unique per table).
+const (
+	HeaderEventID       = "event_id"
+	HeaderEventType     = "event_type"
+	HeaderAggregateType = "aggregate_type"
+	HeaderAggregateID   = "aggregate_id"
+	HeaderSource        = "outbox_source"
+)
+
+var (
+	errNoTopic     = errors.New("missing topic: the route's template rendered NULL or empty")
+	errInvalidJSON = errors.New("invalid payload: not valid JSON")
+)
+
+// buildMessage turns a claimed row into a message, or returns a terminal
+// error saying why the row can never be published.
+func buildMessage(r *source.Row, src string, validateJSON bool, maxBytes int) (*sink.Message, error) {
+	if !r.TopicOK {
+		return nil, sink.Terminal(errNoTopic)
+	}
+	if validateJSON && !(utf8.Valid(r.Payload) && json.Valid(r.Payload)) {
+		return nil, sink.Terminal(errInvalidJSON)
+	}
+	m := &sink.Message{
+		ID:           r.ID,
+		Destination:  r.Topic,
+		Key:          r.Key,
+		PartitionKey: r.PartitionKey,
+		Payload:      r.Payload,
+	}
+	if len(r.Headers) > 0 {
+		hs, err := parseHeaders(r.Headers)
+		if err != nil {
+			return nil, sink.Terminal(err)
+		}
+		m.Headers = hs
+	}
+	m.Headers = append(m.Headers, sink.Header{Key: HeaderEventID, Value: []byte(r.ID)})
+	add := func(k, v string) {
+		if v != "" {
+			m.Headers = append(m.Headers, sink.Header{Key: k, Value: []byte(v)})
+		}
+	}
+	add(HeaderEventType, r.EventType)
+	add(HeaderAggregateType, r.AggregateType)
+	add(HeaderAggregateID, r.AggregateID)
+	add(HeaderSource, src)
+	if maxBytes > 0 {
+		if n := messageSize(m); n > maxBytes {
+			return nil, sink.Terminal(fmt.Errorf("message too large: %d bytes, the sink accepts at most %d", n, maxBytes))
+		}
+	}
+	return m, nil
+}
+
+// reserved are header names the relay sets itself; the row's own headers of
+// the same name are dropped so that consumers see one value.
+var reserved = map[string]bool{
+	HeaderEventID: true, HeaderEventType: true, HeaderAggregateType: true,
+	HeaderAggregateID: true, HeaderSource: true,
+}
+
+// parseHeaders reads a JSON object, keeping its order. String values are
+// used as they are; any other value is kept as its JSON text. null is
+// skipped.
+func parseHeaders(raw []byte) ([]sink.Header, error) {
+	if bytes.Equal(bytes.TrimSpace(raw), []byte("null")) {
+		return nil, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if err != nil || tok != json.Delim('{') {
+		return nil, errors.New("invalid headers: not a JSON object")
+	}
+	var out []sink.Header
+	for dec.More() {
+		kt, err := dec.Token()
+		if err != nil {
+			return nil, fmt.Errorf("invalid headers: %w", err)
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, fmt.Errorf("invalid headers: %w", err)
+		}
+		k := kt.(string)
+		if reserved[k] {
+			continue
+		}
+		switch {
+		case bytes.Equal(v, []byte("null")):
+			continue
+		case len(v) > 0 && v[0] == '"':
+			var s string
+			if err := json.Unmarshal(v, &s); err != nil {
+				return nil, fmt.Errorf("invalid headers: %w", err)
+			}
+			out = append(out, sink.Header{Key: k, Value: []byte(s)})
+		default:
+			out = append(out, sink.Header{Key: k, Value: append([]byte(nil), v...)})
+		}
+	}
+	return out, nil
+}
+
+// messageSize approximates the bytes a message takes on the wire.
+func messageSize(m *sink.Message) int {
+	n := len(m.Payload) + len(m.Key)
+	for _, h := range m.Headers {
+		n += len(h.Key) + len(h.Value)
+	}
+	return n
+}
+
+// isJSON says whether a payload can be stored as JSON in the dead-letter table.
+func isJSON(p []byte) bool { return utf8.Valid(p) && json.Valid(p) }

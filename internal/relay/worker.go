@@ -1,0 +1,216 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
+
+// Options configure the Worker of one source.
+type Options struct {
+	Name         string
+	Store        source.Store
+	Sink         sink.Publisher
+	BatchSize    int
+	Pipeline     int  // batches in flight
+	Ordering     bool // per-key order
+	MaxAttempts  int  // budget for rows without their own
+	Backoff      Backoff
+	PollMin      time.Duration
+	PollMax      time.Duration
+	ValidateJSON bool
+	// Wake, when not nil, signals that rows may have arrived (NOTIFY).
+	Wake <-chan struct{}
+	// ShutdownTimeout bounds how long batches in flight may finish after
+	// Run's context is cancelled.
+	ShutdownTimeout time.Duration
+	// StatsInterval is how often relay_state and the backlog gauges are
+	// refreshed. Default 10s.
+	StatsInterval time.Duration
+	Metrics       *metrics.Metrics
+	Logger        *slog.Logger
+}
+
+// Worker relays one source. Create it with NewWorker and call Run once.
+type Worker struct {
+	o   Options
+	log *slog.Logger
+
+	claimSeq atomic.Uint64 // sequence number of the latest claim started
+
+	mu        sync.Mutex
+	lastByKey map[string]*inflight // newest batch in flight holding each key
+	fence     map[string]uint64    // key -> claims up to this seq must defer it
+	fenceLog  []fenceEntry
+
+	statsMu  sync.Mutex
+	stats    source.Stats // not yet recorded
+	lastErr  atomic.Pointer[error]
+	lastPoll atomic.Int64 // unix nanos of the latest successful claim query
+}
+
+type fenceEntry struct {
+	seq  uint64
+	keys []string
+}
+
+// NewWorker checks opts and builds a worker.
+func NewWorker(o Options) *Worker {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Pipeline < 1 {
+		o.Pipeline = 1
+	}
+	if o.StatsInterval <= 0 {
+		o.StatsInterval = 10 * time.Second
+	}
+	if o.PollMin <= 0 {
+		o.PollMin = 50 * time.Millisecond
+	}
+	if o.PollMax < o.PollMin {
+		o.PollMax = o.PollMin
+	}
+	return &Worker{
+		o:         o,
+		log:       o.Logger.With("source", o.Name),
+		lastByKey: map[string]*inflight{},
+		fence:     map[string]uint64{},
+	}
+}
+
+// Healthy reports the latest claim error, or nil when claims succeed.
+func (w *Worker) Healthy() error {
+	if p := w.lastErr.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// LastPoll is the time of the latest successful claim query.
+func (w *Worker) LastPoll() time.Time { return time.Unix(0, w.lastPoll.Load()) }
+
+// Run relays until ctx is cancelled, then finishes what is in flight within
+// the shutdown timeout and returns.
+func (w *Worker) Run(ctx context.Context) error {
+	// hard outlives ctx by the shutdown timeout: in-flight work uses it.
+	hard, cancelHard := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHard()
+	finished := make(chan struct{})
+	go func() {
+		select {
+		case <-ctx.Done():
+			t := time.NewTimer(w.o.ShutdownTimeout)
+			defer t.Stop()
+			select {
+			case <-t.C:
+				w.log.Warn("shutdown timeout reached; releasing batches in flight")
+				cancelHard()
+			case <-finished:
+			}
+		case <-finished:
+		}
+	}()
+
+	slots := make(chan struct{}, w.o.Pipeline)
+	ackQ := make(chan *inflight, w.o.Pipeline)
+	ackerDone := make(chan struct{})
+	go func() {
+		defer close(ackerDone)
+		for f := range ackQ {
+			w.complete(hard, f)
+			<-slots
+		}
+	}()
+	statsDone := make(chan struct{})
+	go func() {
+		defer close(statsDone)
+		w.statsLoop(ctx)
+	}()
+
+	w.claimLoop(ctx, hard, slots, ackQ)
+	close(ackQ)
+	<-ackerDone
+	close(finished)
+	<-statsDone
+	w.flushStats(context.WithoutCancel(ctx))
+	return nil
+}
+
+func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ chan *inflight) {
+	interval := w.o.PollMin
+	errWait := w.o.PollMin
+	for {
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		seq := w.claimSeq.Add(1)
+		start := time.Now()
+		b, err := w.o.Store.Claim(ctx, w.o.BatchSize)
+		if err != nil {
+			<-slots
+			if ctx.Err() != nil {
+				return
+			}
+			w.lastErr.Store(&err)
+			w.log.Error("claim failed", "err", err, "retry_in", errWait)
+			if !w.sleep(ctx, errWait, nil) {
+				return
+			}
+			errWait = min(errWait*2, 5*time.Second)
+			continue
+		}
+		errWait = w.o.PollMin
+		w.lastErr.Store(nil)
+		w.lastPoll.Store(time.Now().UnixNano())
+		if b == nil {
+			<-slots
+			if !w.sleep(ctx, interval, w.o.Wake) {
+				return
+			}
+			interval = min(interval*2, w.o.PollMax)
+			continue
+		}
+		interval = w.o.PollMin
+		f := w.start(hard, seq, b)
+		if m := w.o.Metrics; m != nil {
+			m.ClaimBatches.WithLabelValues(w.o.Name).Inc()
+			m.ClaimDuration.WithLabelValues(w.o.Name).Observe(time.Since(start).Seconds())
+			m.BatchSize.WithLabelValues(w.o.Name).Observe(float64(len(f.rows)))
+		}
+		ackQ <- f
+		if len(f.rows) < w.o.BatchSize {
+			// Drained: give rows a moment to accumulate (a NOTIFY cuts it short).
+			if !w.sleep(ctx, w.o.PollMin, w.o.Wake) {
+				return
+			}
+		}
+	}
+}
+
+// sleep waits d, or until wake fires; false when ctx ended.
+func (w *Worker) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-wake:
+		if m := w.o.Metrics; m != nil {
+			m.NotifyWakeups.WithLabelValues(w.o.Name).Inc()
+		}
+	}
+	return true
+}
+
+var errReleased = errors.New("batch released at shutdown")

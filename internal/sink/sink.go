@@ -1,0 +1,74 @@
+// Package sink defines the seam between the relay engine and a message
+// broker. A Publisher publishes a batch of messages and reports one result per
+// message, each classified as retryable or terminal.
+package sink
+
+import (
+	"context"
+	"errors"
+)
+
+// Header is one message header. Order is kept as given.
+type Header struct {
+	Key   string
+	Value []byte
+}
+
+// Message is one event ready to leave the relay.
+type Message struct {
+	// ID is the stable event id (the outbox row id as text). Sinks carry it
+	// so that consumers can deduplicate (Kafka header, Nats-Msg-Id, ...).
+	ID string
+	// Destination is the topic, subject, channel or URL of the route.
+	Destination string
+	// Key is the message key (Kafka record key). May be nil.
+	Key []byte
+	// PartitionKey, when not nil, chooses the partition instead of Key.
+	PartitionKey []byte
+	Headers      []Header
+	Payload      []byte
+}
+
+// Publisher publishes batches of messages. Implementations must be safe for
+// concurrent use by several goroutines.
+//
+// Ordering contract: messages of one key given in one Publish call are
+// delivered in the order given, and if one of them fails, every later message
+// of that key in the call fails too (never a later one delivered after an
+// earlier one failed). The engine relies on this for per-key order.
+type Publisher interface {
+	// Publish sends msgs and blocks until each has a result. The returned
+	// slice has one entry per message: nil when the broker confirmed it, else
+	// an error that IsTerminal classifies.
+	Publish(ctx context.Context, msgs []*Message) []error
+	// MaxMessageBytes is the largest payload the sink accepts; larger
+	// messages are dead-lettered without an attempt. Zero means no limit.
+	MaxMessageBytes() int
+	// Close flushes what is buffered and releases the connection.
+	Close(ctx context.Context) error
+}
+
+// TerminalError marks a failure that no retry can fix (message too large,
+// invalid payload, unknown destination). Such messages go to the dead-letter
+// table at once.
+type TerminalError struct {
+	Err error
+}
+
+func (e *TerminalError) Error() string { return e.Err.Error() }
+func (e *TerminalError) Unwrap() error { return e.Err }
+
+// Terminal wraps err as a terminal error.
+func Terminal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &TerminalError{Err: err}
+}
+
+// IsTerminal reports whether err (or anything it wraps) is terminal. Every
+// other error is retryable.
+func IsTerminal(err error) bool {
+	var t *TerminalError
+	return errors.As(err, &t)
+}

@@ -1,0 +1,241 @@
+package postgres
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
+)
+
+// QuoteIdent quotes one SQL identifier.
+func QuoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
+
+// quoteLiteral quotes a string constant. Layout values (status names) are
+// inlined rather than bound so that partial indexes such as
+// "WHERE status = 'pending'" match the claim query's plan.
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// statements is the SQL of one source, built once from its layout.
+type statements struct {
+	claim         string
+	ack           string // $1 ids
+	dead          string // $1 ids, $2 reasons
+	retryRow      string // $1 ids, $2 attempts, $3 errors; empty when the table has no retry columns
+	retryState    string // $1 source, $2 ids, $3 order keys, $4 attempts, $5 next, $6 errors
+	clearRetry    string // $1 source, $2 ids
+	insertDead    string
+	backlog       string
+	pendingValues string // SET list that puts a row back in the pending set
+}
+
+// col renders alias.column.
+func col(alias, name string) string { return alias + "." + QuoteIdent(name) }
+
+// templateSQL renders a template as a text expression that is NULL when any
+// referenced column is NULL.
+func templateSQL(t config.Template, alias string) string {
+	var parts []string
+	for _, p := range t {
+		if p.Column != "" {
+			parts = append(parts, col(alias, p.Column)+"::text")
+		} else {
+			parts = append(parts, quoteLiteral(p.Literal))
+		}
+	}
+	switch len(parts) {
+	case 0:
+		return "NULL::text"
+	case 1:
+		if len(t.Columns()) == 0 {
+			return parts[0] + "::text"
+		}
+		return parts[0]
+	}
+	return "(" + strings.Join(parts, " || ") + ")"
+}
+
+func orDefault(expr string) string {
+	if expr == "" {
+		return "NULL"
+	}
+	return expr
+}
+
+func optCol(alias, name, cast string) string {
+	if name == "" {
+		return "NULL" + cast
+	}
+	return col(alias, name) + cast
+}
+
+func orderKeySQL(l *layout.Layout, alias string) string {
+	if len(l.OrderKeys) == 0 {
+		return "''"
+	}
+	var parts []string
+	for _, t := range l.OrderKeys {
+		parts = append(parts, "NULLIF("+templateSQL(t, alias)+", '')")
+	}
+	return "COALESCE(" + strings.Join(parts, ", ") + ", '')"
+}
+
+// pendingPredicate is the WHERE condition of rows not yet delivered.
+func pendingPredicate(l *layout.Layout, alias string) string {
+	switch l.Mode {
+	case "flag":
+		return col(alias, l.Flag) + " = false"
+	case "timestamp":
+		return col(alias, l.PublishedAt) + " IS NULL"
+	case "status":
+		return col(alias, l.Status) + " = " + quoteLiteral(l.Pending)
+	default: // delete: every row present is pending
+		return "true"
+	}
+}
+
+func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool) statements {
+	rs := QuoteIdent(relaySchema)
+	id := col("o", l.ID.Name)
+	idArr := "$1::text[]::" + l.ID.Type + "[]"
+	var s statements
+
+	selectList := []string{
+		id + "::text",
+		col("o", l.Payload.Name),
+		templateSQL(l.Topic, "o"),
+		orDefault(templateIfSet(l.Key)),
+		orDefault(templateIfSet(l.PartitionKey)),
+		orderKeySQL(l, "o"),
+		optCol("o", l.Headers, "::text"),
+		optCol("o", l.EventType, "::text"),
+		optCol("o", l.AggregateType, "::text"),
+		optCol("o", l.AggregateID, "::text"),
+		optCol("o", l.CreatedAt, "::timestamptz"),
+		optCol("o", l.MaxRetries, "::int"),
+		"COALESCE(r.attempts, 0)",
+	}
+	where := []string{
+		pendingPredicate(l, "o"),
+		"(r.next_attempt_at IS NULL OR r.next_attempt_at <= now())",
+	}
+	if l.XID != "" {
+		// Only rows whose inserting transaction is older than every running
+		// one: a row that commits late can then never overtake its key.
+		where = append(where, col("o", l.XID)+" < pg_snapshot_xmin(pg_current_snapshot())")
+	}
+	if ordering {
+		where = append(where, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = $1 AND b.order_key = "+
+			orderKeySQL(l, "o")+" AND b.next_attempt_at > now())")
+	}
+	orderBy := col("o", l.OrderBy)
+	if l.OrderBy != l.ID.Name {
+		orderBy += ", " + id
+	}
+	s.claim = fmt.Sprintf(`SELECT %s
+FROM %s o
+LEFT JOIN %s.retry_state r ON r.source = $1 AND r.event_id = %s::text
+WHERE %s
+ORDER BY %s
+LIMIT $2
+FOR UPDATE OF o SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, id, strings.Join(where, "\n  AND "), orderBy)
+
+	setPublished, setDead, setPending := stateSets(l)
+	if l.Mode == "delete" {
+		s.ack = "DELETE FROM " + table + " o WHERE " + id + " = ANY(" + idArr + ")"
+		s.dead = s.ack
+	} else {
+		s.ack = "UPDATE " + table + " o SET " + setPublished + " WHERE " + id + " = ANY(" + idArr + ")"
+		deadSet := setDead
+		if l.Error != "" {
+			deadSet += ", " + QuoteIdent(l.Error) + " = u.reason"
+		}
+		if l.RetryCount != "" {
+			deadSet += ", " + QuoteIdent(l.RetryCount) + " = LEAST(u.attempts, 32767)"
+		}
+		s.dead = "UPDATE " + table + " o SET " + deadSet +
+			" FROM unnest($1::text[], $2::text[], $3::int[]) AS u(id, reason, attempts) WHERE " + id + " = u.id::" + l.ID.Type
+	}
+	s.pendingValues = setPending
+
+	if l.RetryCount != "" || l.Error != "" {
+		var sets []string
+		if l.RetryCount != "" {
+			sets = append(sets, QuoteIdent(l.RetryCount)+" = LEAST(u.attempts, 32767)")
+		}
+		if l.Error != "" {
+			sets = append(sets, QuoteIdent(l.Error)+" = u.err")
+		}
+		s.retryRow = "UPDATE " + table + " o SET " + strings.Join(sets, ", ") +
+			" FROM unnest($1::text[], $2::int[], $3::text[]) AS u(id, attempts, err) WHERE " + id + " = u.id::" + l.ID.Type
+	}
+	s.retryState = `INSERT INTO ` + rs + `.retry_state AS t (source, event_id, order_key, attempts, next_attempt_at, last_error)
+SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::int[], $5::timestamptz[], $6::text[]) AS u
+ON CONFLICT (source, event_id) DO UPDATE SET order_key = excluded.order_key, attempts = excluded.attempts,
+  next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error, updated_at = now()`
+	s.clearRetry = `DELETE FROM ` + rs + `.retry_state WHERE source = $1 AND event_id = ANY($2::text[])`
+
+	// Dead letters keep the route as rendered and the whole row (row_data)
+	// so that a replay can restore a row the layout deletes.
+	s.insertDead = `INSERT INTO ` + rs + `.failed_events (original_event_id, source, source_schema, source_table,
+  event_type, topic, event_key, partition_key, headers, payload, payload_raw, row_data,
+  failure_reason, failure_count, first_failed_at, last_failed_at)
+SELECT u.id, $1, $2, $3, COALESCE(u.event_type, ''), u.topic, u.event_key, u.partition_key,
+  CASE WHEN u.headers IS NOT NULL AND u.headers <> '' THEN u.headers::jsonb END,
+  CASE WHEN u.is_json THEN convert_from(u.payload, 'UTF8')::jsonb END,
+  CASE WHEN NOT u.is_json THEN u.payload END,
+  to_jsonb(o), u.reason, u.attempts, COALESCE(r.first_failed_at, now()), now()
+FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bytea[], $11::bool[], $12::text[], $13::int[])
+  AS u(id, event_type, topic, event_key, partition_key, headers, payload, is_json, reason, attempts)
+JOIN ` + table + ` o ON ` + id + ` = u.id::` + l.ID.Type + `
+LEFT JOIN ` + rs + `.retry_state r ON r.source = $1 AND r.event_id = u.id`
+
+	created := "NULL::timestamptz"
+	if l.CreatedAt != "" {
+		created = "min(" + col("o", l.CreatedAt) + ")::timestamptz"
+	}
+	s.backlog = "SELECT count(*), " + created + " FROM " + table + " o WHERE " + pendingPredicate(l, "o")
+	return s
+}
+
+func templateIfSet(t config.Template) string {
+	if len(t) == 0 {
+		return ""
+	}
+	return templateSQL(t, "o")
+}
+
+// stateSets returns the SET lists for a published row, a dead-lettered row and
+// a row put back in the pending set (replay).
+func stateSets(l *layout.Layout) (published, dead, pending string) {
+	var pub, dd, pend []string
+	switch l.Mode {
+	case "flag":
+		pub = append(pub, QuoteIdent(l.Flag)+" = true")
+		// A dead-lettered row leaves the pending set with its published
+		// timestamp still NULL; failed_events says why.
+		dd = append(dd, QuoteIdent(l.Flag)+" = true")
+		pend = append(pend, QuoteIdent(l.Flag)+" = false")
+	case "status":
+		pub = append(pub, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Published))
+		dd = append(dd, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Failed))
+		pend = append(pend, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Pending))
+	case "timestamp":
+		// The timestamp is the only state there is: a dead letter sets it
+		// too, and failed_events records the failure.
+		dd = append(dd, QuoteIdent(l.PublishedAt)+" = now()")
+	}
+	if l.PublishedAt != "" {
+		pub = append(pub, QuoteIdent(l.PublishedAt)+" = now()")
+		pend = append(pend, QuoteIdent(l.PublishedAt)+" = NULL")
+	}
+	if l.RetryCount != "" {
+		pend = append(pend, QuoteIdent(l.RetryCount)+" = 0")
+	}
+	if l.Error != "" {
+		pend = append(pend, QuoteIdent(l.Error)+" = NULL")
+	}
+	return strings.Join(pub, ", "), strings.Join(dd, ", "), strings.Join(pend, ", ")
+}

@@ -1,0 +1,282 @@
+// Package postgres implements the source seam for PostgreSQL: claims with
+// SELECT ... FOR UPDATE SKIP LOCKED inside a transaction that stays open
+// while the batch is published, so a crashed relay's claims vanish with its
+// connection; acknowledgement, retry scheduling and dead-lettering commit in
+// that same transaction.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
+
+// Table names an outbox table.
+type Table struct {
+	Schema, Name string
+}
+
+// String is the quoted, schema-qualified name.
+func (t Table) String() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
+
+// Options configure one source's store.
+type Options struct {
+	Source      string // the source's name
+	Table       Table
+	RelaySchema string
+	Layout      *layout.Layout
+	Ordering    bool
+}
+
+// Store is the PostgreSQL store of one source.
+type Store struct {
+	pool *pgxpool.Pool
+	opts Options
+	sql  statements
+}
+
+// New builds the store of one source; the layout must be resolved against the
+// table (see Columns).
+func New(pool *pgxpool.Pool, opts Options) *Store {
+	return &Store{pool: pool, opts: opts, sql: buildStatements(opts.Layout, opts.Table.String(), opts.RelaySchema, opts.Ordering)}
+}
+
+// Columns describes the table's columns, for layout.Resolve.
+func Columns(ctx context.Context, pool *pgxpool.Pool, t Table) ([]layout.Column, error) {
+	rows, err := pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+FROM pg_attribute a
+JOIN pg_class c ON c.oid = a.attrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
+ORDER BY a.attnum`, t.Schema, t.Name)
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %w", t, err)
+	}
+	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (layout.Column, error) {
+		var c layout.Column
+		err := r.Scan(&c.Name, &c.Type)
+		return c, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %w", t, err)
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("table %s not found (or not visible to this role)", t)
+	}
+	return cols, nil
+}
+
+// Claim implements source.Store.
+func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("claim: begin: %w", err)
+	}
+	rows, err := tx.Query(ctx, s.sql.claim, s.opts.Source, limit)
+	if err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+	}
+	b := &batch{store: s, tx: tx}
+	for rows.Next() {
+		var (
+			r                                       source.Row
+			topic, key, pkey, headers               *string
+			eventType, aggType, aggID               *string
+			created                                 *time.Time
+			maxRetries                              *int32
+			attempts                                int32
+		)
+		if err := rows.Scan(&r.ID, &r.Payload, &topic, &key, &pkey, &r.OrderKey, &headers,
+			&eventType, &aggType, &aggID, &created, &maxRetries, &attempts); err != nil {
+			rows.Close()
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("claim from %s: scan: %w", s.opts.Table, err)
+		}
+		if topic != nil && *topic != "" {
+			r.Topic, r.TopicOK = *topic, true
+		}
+		if key != nil {
+			r.Key = []byte(*key)
+		}
+		if pkey != nil && *pkey != "" {
+			r.PartitionKey = []byte(*pkey)
+		}
+		if headers != nil {
+			r.Headers = []byte(*headers)
+		}
+		r.EventType, r.AggregateType, r.AggregateID = deref(eventType), deref(aggType), deref(aggID)
+		if created != nil {
+			r.CreatedAt = *created
+		}
+		if maxRetries != nil {
+			r.MaxAttempts = int(*maxRetries) + 1
+		}
+		r.Attempts = int(attempts)
+		b.rows = append(b.rows, r)
+	}
+	if err := rows.Err(); err != nil {
+		_ = tx.Rollback(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+	}
+	if len(b.rows) == 0 {
+		if err := tx.Rollback(ctx); err != nil {
+			return nil, fmt.Errorf("claim: rollback: %w", err)
+		}
+		return nil, nil
+	}
+	return b, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// Backlog implements source.Store.
+func (s *Store) Backlog(ctx context.Context) (source.Backlog, error) {
+	var (
+		n      int64
+		oldest *time.Time
+	)
+	if err := s.pool.QueryRow(ctx, s.sql.backlog).Scan(&n, &oldest); err != nil {
+		return source.Backlog{}, fmt.Errorf("backlog of %s: %w", s.opts.Table, err)
+	}
+	b := source.Backlog{Pending: n}
+	if oldest != nil {
+		b.OldestAge = max(time.Since(*oldest), 0)
+	}
+	return b, nil
+}
+
+// RecordStats implements source.Store.
+func (s *Store) RecordStats(ctx context.Context, st source.Stats) error {
+	_, err := s.pool.Exec(ctx, `INSERT INTO `+QuoteIdent(s.opts.RelaySchema)+`.relay_state AS t
+  (source, schema_name, table_name, last_poll_time, last_published_event_id, total_events_published,
+   total_events_retried, total_events_dead_lettered, pending_events, lag_seconds)
+VALUES ($1, $2, $3, now(), NULLIF($4, ''), $5, $6, $7, $8, $9)
+ON CONFLICT (source) DO UPDATE SET last_poll_time = now(),
+  last_published_event_id = COALESCE(excluded.last_published_event_id, t.last_published_event_id),
+  total_events_published = t.total_events_published + excluded.total_events_published,
+  total_events_retried = t.total_events_retried + excluded.total_events_retried,
+  total_events_dead_lettered = t.total_events_dead_lettered + excluded.total_events_dead_lettered,
+  pending_events = excluded.pending_events, lag_seconds = excluded.lag_seconds, updated_at = now()`,
+		s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name, st.LastPublishedID,
+		st.Published, st.Retried, st.DeadLettered, st.Backlog.Pending, st.Backlog.OldestAge.Seconds())
+	if err != nil {
+		return fmt.Errorf("record relay state: %w", err)
+	}
+	return nil
+}
+
+// batch is a claim held by an open transaction.
+type batch struct {
+	store *Store
+	tx    pgx.Tx
+	rows  []source.Row
+}
+
+func (b *batch) Rows() []source.Row { return b.rows }
+
+func (b *batch) Release(ctx context.Context) error {
+	if err := b.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+		return fmt.Errorf("release claim: %w", err)
+	}
+	return nil
+}
+
+// Complete implements source.Batch: every statement goes in one round trip,
+// then the transaction commits.
+func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
+	s, q := b.store, &pgx.Batch{}
+	var clear []string
+	if len(o.Published) > 0 {
+		ids := make([]string, len(o.Published))
+		for i, idx := range o.Published {
+			r := &b.rows[idx]
+			ids[i] = r.ID
+			if r.Attempts > 0 {
+				clear = append(clear, r.ID)
+			}
+		}
+		q.Queue(s.sql.ack, ids)
+	}
+	if len(o.Retry) > 0 {
+		n := len(o.Retry)
+		ids, keys, errs := make([]string, n), make([]string, n), make([]string, n)
+		attempts, at := make([]int32, n), make([]time.Time, n)
+		for i, r := range o.Retry {
+			row := &b.rows[r.Index]
+			ids[i], keys[i], attempts[i], at[i], errs[i] = row.ID, row.OrderKey, int32(r.Attempts), r.At, truncate(r.Err)
+		}
+		q.Queue(s.sql.retryState, s.opts.Source, ids, keys, attempts, at, errs)
+		if s.sql.retryRow != "" {
+			q.Queue(s.sql.retryRow, ids, attempts, errs)
+		}
+	}
+	if len(o.Dead) > 0 {
+		n := len(o.Dead)
+		ids, types, topics, keys, pkeys, headers := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+		payloads, isJSON, reasons, attempts := make([][]byte, n), make([]bool, n), make([]string, n), make([]int32, n)
+		for i, d := range o.Dead {
+			r := &b.rows[d.Index]
+			ids[i], payloads[i], isJSON[i], reasons[i], attempts[i] = r.ID, r.Payload, d.PayloadIsJSON, truncate(d.Reason), int32(d.Attempts)
+			types[i] = strPtr(r.EventType)
+			if r.TopicOK {
+				topics[i] = strPtr(r.Topic)
+			}
+			if r.Key != nil {
+				keys[i] = strPtr(string(r.Key))
+			}
+			if r.PartitionKey != nil {
+				pkeys[i] = strPtr(string(r.PartitionKey))
+			}
+			if r.Headers != nil {
+				headers[i] = strPtr(string(r.Headers))
+			}
+			if r.Attempts > 0 {
+				clear = append(clear, r.ID)
+			}
+		}
+		q.Queue(s.sql.insertDead, s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name,
+			ids, types, topics, keys, pkeys, headers, payloads, isJSON, reasons, attempts)
+		if s.opts.Layout.Mode == "delete" {
+			q.Queue(s.sql.dead, ids)
+		} else {
+			q.Queue(s.sql.dead, ids, reasons, attempts)
+		}
+	}
+	if len(clear) > 0 {
+		q.Queue(s.sql.clearRetry, s.opts.Source, clear)
+	}
+	if q.Len() > 0 {
+		if err := b.tx.SendBatch(ctx, q).Close(); err != nil {
+			_ = b.tx.Rollback(context.WithoutCancel(ctx))
+			return fmt.Errorf("complete batch on %s: %w", s.opts.Table, err)
+		}
+	}
+	if err := b.tx.Commit(ctx); err != nil {
+		return fmt.Errorf("complete batch on %s: commit: %w", s.opts.Table, err)
+	}
+	return nil
+}
+
+func strPtr(s string) *string { return &s }
+
+// truncate bounds error text kept in the database.
+func truncate(s string) string {
+	const maxLen = 2000
+	if len(s) > maxLen {
+		return s[:maxLen] + "..."
+	}
+	return s
+}

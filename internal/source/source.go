@@ -1,0 +1,98 @@
+// Package source defines the seam between the relay engine and the databases
+// that hold outbox tables. A Store claims batches of pending rows for one
+// source; each batch is held by its claimer until it completes (published
+// rows acknowledged, failed rows scheduled for retry or dead-lettered, in one
+// transaction) or is released untouched.
+//
+// Implementations live in subpackages (postgres) and must pass the shared
+// conformance suite in sourcetest.
+package source
+
+import (
+	"context"
+	"time"
+)
+
+// Row is one claimed outbox row, its route already rendered.
+type Row struct {
+	// ID is the row's id as text: the event's stable id.
+	ID      string
+	Payload []byte
+	// Topic is the rendered destination; TopicOK is false when a column the
+	// template needs is NULL.
+	Topic   string
+	TopicOK bool
+	// Key and PartitionKey are nil when their template renders NULL.
+	Key          []byte
+	PartitionKey []byte
+	// OrderKey groups rows whose relative order must hold.
+	OrderKey      string
+	Headers       []byte // a JSON object, or nil
+	EventType     string
+	AggregateType string
+	AggregateID   string
+	CreatedAt     time.Time // zero when the layout has no created column
+	// Attempts is how many publish attempts already failed.
+	Attempts int
+	// MaxAttempts is the row's own budget (max_retries + 1), 0 when the
+	// layout has none and the source's budget applies.
+	MaxAttempts int
+}
+
+// Retry schedules a failed row for another attempt.
+type Retry struct {
+	Index    int // into Batch.Rows
+	Attempts int // failed attempts including this one
+	At       time.Time
+	Err      string
+}
+
+// Dead moves a row to the dead-letter table.
+type Dead struct {
+	Index    int
+	Attempts int
+	Reason   string
+	// PayloadIsJSON says whether the payload can be stored as JSON.
+	PayloadIsJSON bool
+}
+
+// Outcome is what happened to each row of a batch. Rows in none of the lists
+// are left pending untouched (deferred behind an earlier row of their key).
+type Outcome struct {
+	Published []int
+	Retry     []Retry
+	Dead      []Dead
+}
+
+// Batch is a set of claimed rows held by one claimer.
+type Batch interface {
+	Rows() []Row
+	// Complete records the outcome and releases the claim atomically.
+	Complete(ctx context.Context, o Outcome) error
+	// Release gives every row back untouched.
+	Release(ctx context.Context) error
+}
+
+// Backlog describes the pending rows of a source.
+type Backlog struct {
+	Pending   int64
+	OldestAge time.Duration
+}
+
+// Stats are counters a relay adds to the source's relay_state row.
+type Stats struct {
+	Published, Retried, DeadLettered int64
+	LastPublishedID                  string
+	Backlog                          Backlog
+}
+
+// Store claims and completes batches of one source.
+type Store interface {
+	// Claim takes up to limit pending, due rows in order, skipping rows
+	// another claimer holds. It returns nil (and no error) when none are due.
+	Claim(ctx context.Context, limit int) (Batch, error)
+	// Backlog measures what is pending.
+	Backlog(ctx context.Context) (Backlog, error)
+	// RecordStats adds s to the relay_state row and sets last poll time.
+	RecordStats(ctx context.Context, s Stats) error
+}

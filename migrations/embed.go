@@ -1,0 +1,12 @@
+// Package migrations embeds the SQL that creates and upgrades the relay's own
+// schema, one directory per dialect. Every file has an up and a down section
+// (goose format). The SQL is unqualified: it runs with search_path set to the
+// configured relay schema, so the same files serve any schema name.
+package migrations
+
+import "embed"
+
+// Postgres holds the PostgreSQL migrations under "postgres/".
+//
+//go:embed postgres/*.sql
+var Postgres embed.FS
