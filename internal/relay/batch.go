@@ -107,7 +107,7 @@ func (w *Worker) publish(ctx context.Context, f *inflight) {
 		w.send(ctx, f, later, msgs, errs, state)
 	}
 	if m := w.o.Metrics; m != nil {
-		m.PublishDuration.WithLabelValues(w.o.Name).Observe(time.Since(started).Seconds())
+		m.PublishDuration.Observe(time.Since(started).Seconds())
 	}
 	w.decide(f, msgs, errs, state)
 }
@@ -182,7 +182,7 @@ func (w *Worker) decide(f *inflight, msgs []*sink.Message, errs []error, state [
 			if attempts >= budget {
 				f.outcome.Dead = append(f.outcome.Dead, source.Dead{Index: i, Attempts: attempts,
 					Reason:        fmt.Sprintf("retry budget spent after %d attempts: %v", attempts, err),
-					PayloadIsJSON: isJSON(r.Payload)})
+					PayloadIsJSON: isJSON(r.Payload), Exhausted: true})
 				continue
 			}
 			f.outcome.Retry = append(f.outcome.Retry, source.Retry{Index: i, Attempts: attempts,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
@@ -75,21 +76,20 @@ func (w *Worker) account(f *inflight) {
 	o := f.outcome
 	now := time.Now()
 	if m := w.o.Metrics; m != nil {
-		name := w.o.Name
-		m.Published.WithLabelValues(name).Add(float64(len(o.Published)))
-		m.Retried.WithLabelValues(name).Add(float64(len(o.Retry)))
-		m.Deferred.WithLabelValues(name).Add(float64(len(f.deferred)))
+		m.Published.Add(float64(len(o.Published)))
+		m.Retried.Add(float64(len(o.Retry)))
+		m.Deferred.Add(float64(len(f.deferred)))
 		for _, d := range o.Dead {
-			reason := "terminal"
-			if d.Attempts > 1 && d.Attempts >= f.rows[d.Index].Attempts+1 && f.rows[d.Index].Attempts > 0 {
-				reason = "exhausted"
+			reason := metrics.ReasonTerminal
+			if d.Exhausted {
+				reason = metrics.ReasonExhausted
 			}
-			m.DeadLettered.WithLabelValues(name, reason).Inc()
+			m.DeadLettered(reason).Inc()
 		}
-		m.BatchDuration.WithLabelValues(name).Observe(now.Sub(f.claimed).Seconds())
+		m.BatchDuration.Observe(now.Sub(f.claimed).Seconds())
 		for _, i := range o.Published {
 			if c := f.rows[i].CreatedAt; !c.IsZero() {
-				m.CommitToPublish.WithLabelValues(name).Observe(now.Sub(c).Seconds())
+				m.CommitToPublish.Observe(now.Sub(c).Seconds())
 			}
 		}
 	}
@@ -134,8 +134,8 @@ func (w *Worker) flushStats(ctx context.Context) {
 		return
 	}
 	if m := w.o.Metrics; m != nil {
-		m.OldestPendingAge.WithLabelValues(w.o.Name).Set(bl.OldestAge.Seconds())
-		m.PendingEvents.WithLabelValues(w.o.Name).Set(float64(bl.Pending))
+		m.OldestPendingAge.Set(bl.OldestAge.Seconds())
+		m.PendingEvents.Set(float64(bl.Pending))
 	}
 	w.statsMu.Lock()
 	st := w.stats

@@ -34,7 +34,7 @@ type Options struct {
 	// StatsInterval is how often relay_state and the backlog gauges are
 	// refreshed. Default 10s.
 	StatsInterval time.Duration
-	Metrics       *metrics.Metrics
+	Metrics       *metrics.SourceMetrics
 	Logger        *slog.Logger
 }
 
@@ -183,9 +183,9 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 		interval = w.o.PollMin
 		f := w.start(hard, seq, b)
 		if m := w.o.Metrics; m != nil {
-			m.ClaimBatches.WithLabelValues(w.o.Name).Inc()
-			m.ClaimDuration.WithLabelValues(w.o.Name).Observe(time.Since(start).Seconds())
-			m.BatchSize.WithLabelValues(w.o.Name).Observe(float64(len(f.rows)))
+			m.ClaimBatches.Inc()
+			m.ClaimDuration.Observe(time.Since(start).Seconds())
+			m.BatchSize.Observe(float64(len(f.rows)))
 		}
 		ackQ <- f
 		if len(f.rows) < w.o.BatchSize {
@@ -207,7 +207,7 @@ func (w *Worker) sleep(ctx context.Context, d time.Duration, wake <-chan struct{
 	case <-t.C:
 	case <-wake:
 		if m := w.o.Metrics; m != nil {
-			m.NotifyWakeups.WithLabelValues(w.o.Name).Inc()
+			m.NotifyWakeups.Inc()
 		}
 	}
 	return true

@@ -54,6 +54,9 @@ type Dead struct {
 	Reason   string
 	// PayloadIsJSON says whether the payload can be stored as JSON.
 	PayloadIsJSON bool
+	// Exhausted is true when the retry budget is spent (else the failure
+	// was terminal).
+	Exhausted bool
 }
 
 // Outcome is what happened to each row of a batch. Rows in none of the lists

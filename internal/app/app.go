@@ -1,0 +1,172 @@
+// Package app assembles a relay process from its configuration: database
+// pools, the relay's schema, sinks, sources (listed or discovered), their
+// workers, the notification listeners and the admin server.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/sink/kafka"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+)
+
+// App is one relay process.
+type App struct {
+	cfg     *config.Config
+	log     *slog.Logger
+	reg     *prometheus.Registry
+	metrics *metrics.Metrics
+	owner   string
+	pools   map[string]*pgxpool.Pool
+
+	mu      sync.Mutex
+	sinks   map[string]sink.Publisher
+	running map[string]*runningSource
+}
+
+// Open connects to every database of cfg. It does not migrate or start
+// anything.
+func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	host, _ := os.Hostname()
+	a := &App{
+		cfg: cfg, log: log, reg: reg, metrics: metrics.New(reg),
+		owner: fmt.Sprintf("%s/%d", host, os.Getpid()),
+		pools: map[string]*pgxpool.Pool{}, sinks: map[string]sink.Publisher{}, running: map[string]*runningSource{},
+	}
+	for name, db := range cfg.Databases {
+		if db.Driver != "postgres" {
+			a.Close()
+			return nil, fmt.Errorf("databases.%s.driver: %q is not supported", name, db.Driver)
+		}
+		pc, err := pgxpool.ParseConfig(db.DSN)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("databases.%s.dsn: %w", name, err)
+		}
+		pc.MaxConns = int32(db.MaxConns)
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			a.Close()
+			return nil, fmt.Errorf("databases.%s: connect: %w", name, err)
+		}
+		if err := pool.Ping(ctx); err != nil {
+			pool.Close()
+			a.Close()
+			return nil, fmt.Errorf("databases.%s: connect: %w", name, err)
+		}
+		a.pools[name] = pool
+	}
+	return a, nil
+}
+
+// Registry is the Prometheus registry of this process.
+func (a *App) Registry() *prometheus.Registry { return a.reg }
+
+// Pool returns the pool of the named database.
+func (a *App) Pool(name string) *pgxpool.Pool { return a.pools[name] }
+
+// Migrate applies the relay's migrations in every database.
+func (a *App) Migrate(ctx context.Context) error {
+	for name := range a.pools {
+		m, err := postgres.NewMigrator(a.cfg.Databases[name].DSN, a.cfg.RelaySchema)
+		if err != nil {
+			return fmt.Errorf("databases.%s: %w", name, err)
+		}
+		err = m.Up(ctx)
+		_ = m.Close()
+		if err != nil {
+			return fmt.Errorf("databases.%s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// sink returns the named sink, connecting on first use.
+func (a *App) sink(name string) (sink.Publisher, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s, ok := a.sinks[name]; ok {
+		return s, nil
+	}
+	sc, ok := a.cfg.Sinks[name]
+	if !ok {
+		return nil, fmt.Errorf("unknown sink %q", name)
+	}
+	p, err := kafka.New(sc, kafka.WithLogger(a.log.With("sink", name)),
+		kafka.WithRegisterer(prometheus.WrapRegistererWith(prometheus.Labels{"sink": name}, a.reg)))
+	if err != nil {
+		return nil, fmt.Errorf("sinks.%s: %w", name, err)
+	}
+	a.sinks[name] = p
+	return p, nil
+}
+
+// Close releases every connection; sinks flush first.
+func (a *App) Close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for name, s := range a.sinks {
+		if err := s.Close(context.Background()); err != nil {
+			a.log.Warn("close sink", "sink", name, "err", err)
+		}
+	}
+	a.sinks = map[string]sink.Publisher{}
+	for _, p := range a.pools {
+		p.Close()
+	}
+}
+
+// ready lists readiness checks: each database, each sink, each source.
+func (a *App) ready(ctx context.Context) map[string]error {
+	out := map[string]error{}
+	for name, p := range a.pools {
+		out["database:"+name] = p.Ping(ctx)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for name, s := range a.sinks {
+		if p, ok := s.(interface{ Ping(context.Context) error }); ok {
+			out["sink:"+name] = p.Ping(ctx)
+		}
+	}
+	for name, r := range a.running {
+		out["source:"+name] = r.worker.Healthy()
+	}
+	if len(a.running) == 0 {
+		out["sources"] = errors.New("no source is running yet")
+	}
+	return out
+}
+
+// PingSink connects to the named sink and checks that it answers.
+func (a *App) PingSink(ctx context.Context, name string) error {
+	s, err := a.sink(name)
+	if err != nil {
+		return err
+	}
+	p, ok := s.(interface{ Ping(context.Context) error })
+	if !ok {
+		return nil
+	}
+	return p.Ping(ctx)
+}
+
+// RelaySchema is the schema of the relay's own tables.
+func (a *App) RelaySchema() string { return a.cfg.RelaySchema }

@@ -1,0 +1,154 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/admin"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+)
+
+type runningSource struct {
+	worker *relay.Worker
+	done   chan struct{}
+}
+
+// Run starts the admin server, the listeners and every source, re-checks
+// discovery rules periodically, and returns once ctx is cancelled and every
+// worker has finished its batches in flight.
+func (a *App) Run(ctx context.Context) error {
+	srcs, err := a.Resolve(ctx)
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	defer wg.Wait()
+
+	if a.cfg.Admin.Listen != "off" {
+		srv := admin.New(a.cfg.Admin.Listen, a.reg, a.ready, a.log)
+		if err := srv.Listen(); err != nil {
+			return fmt.Errorf("admin.listen: %w", err)
+		}
+		a.log.Info("admin server listening", "addr", srv.Addr())
+		wg.Go(func() {
+			if err := srv.Run(ctx); err != nil {
+				a.log.Error("admin server", "err", err)
+			}
+		})
+	}
+
+	listeners := map[string]*postgres.Listener{}
+	listenerFor := func(db string) *postgres.Listener {
+		if l, ok := listeners[db]; ok {
+			return l
+		}
+		l := postgres.NewListener(a.cfg.Databases[db].DSN, a.cfg.RelaySchema, a.log.With("database", db))
+		listeners[db] = l
+		wg.Go(func() { _ = l.Run(ctx) })
+		return l
+	}
+	start := func(s *Source) error {
+		a.mu.Lock()
+		_, dup := a.running[s.Name]
+		a.mu.Unlock()
+		if dup {
+			return nil
+		}
+		w, err := a.worker(ctx, s, listenerFor)
+		if err != nil {
+			return err
+		}
+		r := &runningSource{worker: w, done: make(chan struct{})}
+		a.mu.Lock()
+		a.running[s.Name] = r
+		a.mu.Unlock()
+		a.log.Info("source started", "source", s.Name, "table", s.Table.String(), "mode", s.Layout.Mode)
+		wg.Go(func() {
+			defer close(r.done)
+			_ = w.Run(ctx)
+		})
+		return nil
+	}
+	for _, s := range srcs {
+		if err := start(s); err != nil {
+			return err
+		}
+	}
+	for i, cs := range a.cfg.Sources {
+		if cs.Discover == nil {
+			continue
+		}
+		wg.Go(func() {
+			t := time.NewTicker(cs.Discover.Interval.D())
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+				found, err := a.resolveConfigSource(ctx, i, cs)
+				if err != nil {
+					a.log.Warn("discovery failed", "source", cs.Name, "err", err)
+					continue
+				}
+				for _, s := range found {
+					if err := start(s); err != nil {
+						a.log.Error("start discovered source", "source", s.Name, "err", err)
+					}
+				}
+			}
+		})
+	}
+	<-ctx.Done()
+	return nil
+}
+
+// worker builds the worker of one source, setting up its wake-up path.
+func (a *App) worker(ctx context.Context, s *Source, listenerFor func(string) *postgres.Listener) (*relay.Worker, error) {
+	cs := s.Config
+	snk, err := a.sink(cs.Sink)
+	if err != nil {
+		return nil, fmt.Errorf("sources[%d].sink: %w", s.Index, err)
+	}
+	var wake <-chan struct{}
+	if cs.Notify != "off" {
+		has, err := a.ensureTrigger(ctx, s)
+		switch {
+		case has:
+			wake = listenerFor(cs.Database).Subscribe(s.Table)
+		case cs.Notify == "on":
+			return nil, fmt.Errorf("sources[%d].notify: on, but the wake-up trigger is missing on %s and could not be installed: %w", s.Index, s.Table, err)
+		default:
+			a.log.Info("no wake-up trigger; polling only", "source", s.Name, "reason", err)
+		}
+	}
+	return relay.NewWorker(relay.Options{
+		Name: s.Name, Store: s.Store, Sink: snk,
+		BatchSize: cs.BatchSize, Pipeline: cs.Pipeline, Ordering: cs.Ordering == nil || *cs.Ordering,
+		MaxAttempts: cs.MaxAttempts, Backoff: relay.Backoff{Initial: cs.Backoff.Initial.D(), Max: cs.Backoff.Max.D()},
+		PollMin: cs.Poll.Min.D(), PollMax: cs.Poll.Max.D(), ValidateJSON: s.Layout.PayloadJSON,
+		Wake: wake, ShutdownTimeout: a.cfg.Shutdown.Timeout.D(),
+		Metrics: a.metrics.Source(s.Name), Logger: a.log,
+	}), nil
+}
+
+// ensureTrigger reports whether the wake-up trigger is on the table,
+// installing it when allowed.
+func (a *App) ensureTrigger(ctx context.Context, s *Source) (bool, error) {
+	has, err := postgres.HasTrigger(ctx, s.Pool, s.Table, a.cfg.RelaySchema)
+	if err != nil || has {
+		return has, err
+	}
+	if s.Config.InstallTrigger != nil && !*s.Config.InstallTrigger {
+		return false, errors.New("install_trigger is off")
+	}
+	if err := postgres.InstallTrigger(ctx, s.Pool, s.Table, a.cfg.RelaySchema); err != nil {
+		return false, err
+	}
+	return true, nil
+}

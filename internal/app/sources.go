@@ -1,0 +1,114 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+)
+
+// Source is one outbox table with its layout checked, ready to run.
+type Source struct {
+	Name   string
+	Index  int // position in the config's sources
+	Config config.Source
+	Pool   *pgxpool.Pool
+	DSN    string
+	Table  postgres.Table
+	Layout *layout.Layout
+	Store  *postgres.Store
+}
+
+// Resolve lists every source of the configuration: listed tables, and the
+// tables discovery finds now.
+func (a *App) Resolve(ctx context.Context) ([]*Source, error) {
+	var out []*Source
+	for i, cs := range a.cfg.Sources {
+		srcs, err := a.resolveConfigSource(ctx, i, cs)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, srcs...)
+	}
+	return out, nil
+}
+
+func (a *App) resolveConfigSource(ctx context.Context, i int, cs config.Source) ([]*Source, error) {
+	path := fmt.Sprintf("sources[%d]", i)
+	pool := a.pools[cs.Database]
+	if pool == nil {
+		return nil, fmt.Errorf("%s.database: unknown database %q", path, cs.Database)
+	}
+	if cs.Discover == nil {
+		schema, table, err := config.ParseTableName(cs.Table)
+		if err != nil {
+			return nil, fmt.Errorf("%s.table: %w", path, err)
+		}
+		s, err := a.resolveTable(ctx, i, cs, cs.Name, postgres.Table{Schema: schema, Name: table})
+		if err != nil {
+			return nil, err
+		}
+		return []*Source{s}, nil
+	}
+	re, err := regexp.Compile(cs.Discover.Schemas)
+	if err != nil {
+		return nil, fmt.Errorf("%s.discover.schemas: %w", path, err)
+	}
+	tables, err := postgres.Discover(ctx, pool, re, cs.Discover.Tables)
+	if err != nil {
+		return nil, fmt.Errorf("%s.discover: %w", path, err)
+	}
+	var out []*Source
+	for _, t := range tables {
+		s, err := a.resolveTable(ctx, i, cs, cs.Name+":"+t.Schema+"."+t.Name, t)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name string, t postgres.Table) (*Source, error) {
+	path := fmt.Sprintf("sources[%d]", i)
+	pool := a.pools[cs.Database]
+	merged, explicit, err := layout.Merge(cs.Preset, cs.Layout, cs.Topic)
+	if err != nil {
+		return nil, fieldErr(path, err)
+	}
+	cols, err := postgres.Columns(ctx, pool, t)
+	if err != nil {
+		return nil, fmt.Errorf("%s.table: %w", path, err)
+	}
+	l, err := layout.Resolve(merged, explicit, t.String(), cols)
+	if err != nil {
+		return nil, fieldErr(path, err)
+	}
+	ordering := cs.Ordering == nil || *cs.Ordering
+	return &Source{
+		Name: name, Index: i, Config: cs, Pool: pool, DSN: a.cfg.Databases[cs.Database].DSN, Table: t, Layout: l,
+		Store: postgres.New(pool, postgres.Options{Source: name, Table: t, RelaySchema: a.cfg.RelaySchema, Layout: l, Ordering: ordering}),
+	}, nil
+}
+
+// fieldErr prefixes a layout field error with the source's path.
+func fieldErr(path string, err error) error {
+	var fe *layout.FieldError
+	if errors.As(err, &fe) {
+		switch {
+		case fe.Field == "preset":
+			return fmt.Errorf("%s.preset: %s", path, fe.Msg)
+		case fe.Field == "topic" && !strings.Contains(fe.Msg, "required"):
+			return fmt.Errorf("%s.topic (or layout.topic): %s", path, fe.Msg)
+		}
+		return fmt.Errorf("%s.layout.%s: %s", path, fe.Field, fe.Msg)
+	}
+	return fmt.Errorf("%s: %w", path, err)
+}

@@ -1,0 +1,137 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-relay/outbox-relay/internal/app"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+)
+
+type dlqFlags struct {
+	database  string
+	ids       []string
+	eventIDs  []string
+	source    string
+	eventType string
+	since     time.Duration
+	all       bool
+	replayed  bool
+	limit     int
+}
+
+func (f *dlqFlags) filter() postgres.DLQFilter {
+	flt := postgres.DLQFilter{IDs: f.ids, EventIDs: f.eventIDs, Source: f.source, EventType: f.eventType,
+		IncludeReplayed: f.replayed, Limit: f.limit}
+	if f.since > 0 {
+		flt.Since = time.Now().Add(-f.since)
+	}
+	return flt
+}
+
+func newDLQ(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "dlq", Short: "Inspect and replay dead-lettered events"}
+	f := &dlqFlags{}
+	bind := func(c *cobra.Command) {
+		c.Flags().StringVar(&f.database, "database", "", "database to look in (default: the only one)")
+		c.Flags().StringSliceVar(&f.ids, "id", nil, "dead letter id (failed_events.id); repeatable")
+		c.Flags().StringSliceVar(&f.eventIDs, "event-id", nil, "original event id; repeatable")
+		c.Flags().StringVar(&f.source, "source", "", "only this source")
+		c.Flags().StringVar(&f.eventType, "event-type", "", "only this event type")
+		c.Flags().DurationVar(&f.since, "since", 0, "only dead letters that first failed within this long")
+		c.Flags().IntVar(&f.limit, "limit", 0, "at most this many")
+	}
+	list := &cobra.Command{Use: "list", Short: "List dead letters (not yet replayed, unless --replayed)", RunE: func(cmd *cobra.Command, _ []string) error {
+		a, db, cleanup, err := openForDLQ(cmd, g, f)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		evs, err := postgres.ListFailed(cmd.Context(), a.Pool(db), a.RelaySchema(), f.filter())
+		if err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "ID\tSOURCE\tEVENT ID\tEVENT TYPE\tTOPIC\tFAILURES\tFIRST FAILED\tREPLAYED\tREASON")
+		for _, e := range evs {
+			replayed := "-"
+			if e.ReplayedAt != nil {
+				replayed = e.ReplayedAt.Format(time.RFC3339)
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", e.ID, e.Source, e.OriginalEventID, e.EventType, e.Topic,
+				e.FailureCount, e.FirstFailedAt.Format(time.RFC3339), replayed, e.Reason)
+		}
+		return tw.Flush()
+	}}
+	replay := &cobra.Command{Use: "replay", Short: "Put dead letters back into their source's pending set", RunE: func(cmd *cobra.Command, _ []string) error {
+		if len(f.ids) == 0 && len(f.eventIDs) == 0 && f.source == "" && f.eventType == "" && f.since == 0 && !f.all {
+			return errors.New("say which dead letters to replay: --id, --event-id, --source, --event-type, --since, or --all")
+		}
+		a, db, cleanup, err := openForDLQ(cmd, g, f)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		ctx := cmd.Context()
+		evs, err := postgres.ListFailed(ctx, a.Pool(db), a.RelaySchema(), f.filter())
+		if err != nil {
+			return err
+		}
+		srcs, err := a.Resolve(ctx)
+		if err != nil {
+			return err
+		}
+		stores := map[string]*postgres.Store{}
+		for _, s := range srcs {
+			stores[s.Name] = s.Store
+		}
+		total := 0
+		for _, e := range evs {
+			st, ok := stores[e.Source]
+			if !ok {
+				return fmt.Errorf("dead letter %s belongs to source %q, which the config does not have", e.ID, e.Source)
+			}
+			n, err := st.Replay(ctx, []postgres.FailedEvent{e}, actor())
+			total += n
+			if err != nil {
+				return fmt.Errorf("replayed %d, then: %w", total, err)
+			}
+		}
+		fmt.Fprintf(g.stdout, "replayed %d dead letter(s)\n", total)
+		return nil
+	}}
+	bind(list)
+	list.Flags().BoolVar(&f.replayed, "replayed", false, "include dead letters already replayed")
+	bind(replay)
+	replay.Flags().BoolVar(&f.all, "all", false, "replay every dead letter that matches (with no other filter: all of them)")
+	cmd.AddCommand(list, replay)
+	return cmd
+}
+
+func openForDLQ(cmd *cobra.Command, g *globals, f *dlqFlags) (*app.App, string, func(), error) {
+	cfg, log, err := g.load()
+	if err != nil {
+		return nil, "", nil, err
+	}
+	db := f.database
+	if db == "" {
+		if len(cfg.Databases) != 1 {
+			return nil, "", nil, errors.New("--database is required when the config has several databases")
+		}
+		for n := range cfg.Databases {
+			db = n
+		}
+	}
+	if _, ok := cfg.Databases[db]; !ok {
+		return nil, "", nil, fmt.Errorf("--database: unknown database %q", db)
+	}
+	a, err := app.Open(cmd.Context(), cfg, log)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	return a, db, a.Close, nil
+}

@@ -1,0 +1,82 @@
+// Package cli is the outbox-relay command line: run, migrate, check, dlq,
+// demo. cmd/outbox-relay only calls Execute.
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+)
+
+// Execute runs the command line with args and returns the exit code.
+func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	root := NewRoot(stdout, stderr)
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		fmt.Fprintln(stderr, "error:", err)
+		return 1
+	}
+	return 0
+}
+
+type globals struct {
+	configPath string
+	stdout     io.Writer
+	stderr     io.Writer
+}
+
+// NewRoot builds the command tree.
+func NewRoot(stdout, stderr io.Writer) *cobra.Command {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "outbox-relay",
+		Short:         "Relay transactional outbox rows from PostgreSQL to Kafka",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "relay.yaml", "configuration file")
+	root.AddCommand(newRun(g), newMigrate(g), newCheck(g), newDLQ(g), newDemo(g))
+	return root
+}
+
+// load reads the configuration and builds the logger it asks for.
+func (g *globals) load() (*config.Config, *slog.Logger, error) {
+	cfg, err := config.Load(g.configPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, newLogger(g.stderr, cfg.Log), nil
+}
+
+func newLogger(w io.Writer, c config.Log) *slog.Logger {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(strings.ToUpper(c.Level)))
+	opts := &slog.HandlerOptions{Level: level}
+	if c.Format == "text" {
+		return slog.New(slog.NewTextHandler(w, opts))
+	}
+	return slog.New(slog.NewJSONHandler(w, opts))
+}
+
+// actor names who runs an operator command, for the audit trail.
+func actor() string {
+	u := os.Getenv("USER")
+	if u == "" {
+		u = "unknown"
+	}
+	h, _ := os.Hostname()
+	return u + "@" + h
+}
