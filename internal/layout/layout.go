@@ -35,7 +35,7 @@ type Layout struct {
 	OrderKeys []config.Template
 
 	Headers, EventType, AggregateType, AggregateID, CreatedAt string
-	OrderBy, XID, RetryCount, MaxRetries, Error                string
+	OrderBy, XID, RetryCount, MaxRetries, Error               string
 
 	Mode        string // flag|timestamp|status|delete
 	Flag        string

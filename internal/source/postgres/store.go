@@ -87,12 +87,12 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	b := &batch{store: s, tx: tx}
 	for rows.Next() {
 		var (
-			r                                       source.Row
-			topic, key, pkey, headers               *string
-			eventType, aggType, aggID               *string
-			created                                 *time.Time
-			maxRetries                              *int32
-			attempts                                int32
+			r                         source.Row
+			topic, key, pkey, headers *string
+			eventType, aggType, aggID *string
+			created                   *time.Time
+			maxRetries                *int32
+			attempts                  int32
 		)
 		if err := rows.Scan(&r.ID, &r.Payload, &topic, &key, &pkey, &r.OrderKey, &headers,
 			&eventType, &aggType, &aggID, &created, &maxRetries, &attempts); err != nil {
