@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
@@ -31,14 +32,25 @@ type App struct {
 	owner   string
 	pools   map[string]*pgxpool.Pool
 
+	kgoOpts []kgo.Opt
+
 	mu      sync.Mutex
 	sinks   map[string]sink.Publisher
 	running map[string]*runningSource
 }
 
+// Option adjusts an App.
+type Option func(*App)
+
+// WithKafkaOptions passes extra franz-go options to every Kafka sink (tests
+// and benchmarks tune metadata refreshes with it).
+func WithKafkaOptions(opts ...kgo.Opt) Option {
+	return func(a *App) { a.kgoOpts = append(a.kgoOpts, opts...) }
+}
+
 // Open connects to every database of cfg. It does not migrate or start
 // anything.
-func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, error) {
+func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Option) (*App, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
@@ -49,6 +61,9 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger) (*App, erro
 		cfg: cfg, log: log, reg: reg, metrics: metrics.New(reg),
 		owner: fmt.Sprintf("%s/%d", host, os.Getpid()),
 		pools: map[string]*pgxpool.Pool{}, sinks: map[string]sink.Publisher{}, running: map[string]*runningSource{},
+	}
+	for _, o := range opts {
+		o(a)
 	}
 	for name, db := range cfg.Databases {
 		if db.Driver != "postgres" {
@@ -110,7 +125,8 @@ func (a *App) sink(name string) (sink.Publisher, error) {
 		return nil, fmt.Errorf("unknown sink %q", name)
 	}
 	p, err := kafka.New(sc, kafka.WithLogger(a.log.With("sink", name)),
-		kafka.WithRegisterer(prometheus.WrapRegistererWith(prometheus.Labels{"sink": name}, a.reg)))
+		kafka.WithRegisterer(prometheus.WrapRegistererWith(prometheus.Labels{"sink": name}, a.reg)),
+		kafka.WithKgoOpts(a.kgoOpts...))
 	if err != nil {
 		return nil, fmt.Errorf("sinks.%s: %w", name, err)
 	}

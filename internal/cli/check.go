@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -37,7 +39,7 @@ when something is missing (with --strict, also when something is extra).`,
 			}
 			defer a.Close()
 			problems := 0
-			for name := range cfg.Databases {
+			for _, name := range slices.Sorted(maps.Keys(cfg.Databases)) {
 				fmt.Fprintf(out, "databases.%s: connected\n", name)
 				missing, err := postgres.CheckRelaySchema(ctx, a.Pool(name), cfg.RelaySchema)
 				if err != nil {
@@ -57,7 +59,7 @@ when something is missing (with --strict, also when something is extra).`,
 			}
 			for _, s := range srcs {
 				need := postgres.NeededPrivileges(s.Layout)
-				p, err := postgres.CheckPrivileges(ctx, s.Pool, s.Table, need)
+				p, err := postgres.CheckPrivileges(ctx, s.Pool, s.Table, need, postgres.UpdatedColumns(s.Layout)...)
 				if err != nil {
 					return err
 				}
@@ -78,7 +80,7 @@ when something is missing (with --strict, also when something is extra).`,
 				fmt.Fprintln(out, line)
 			}
 			if !skipSinks {
-				for name := range cfg.Sinks {
+				for _, name := range slices.Sorted(maps.Keys(cfg.Sinks)) {
 					if err := pingSink(ctx, a, name); err != nil {
 						problems++
 						fmt.Fprintf(out, "sinks.%s: UNREACHABLE: %v\n", name, err)

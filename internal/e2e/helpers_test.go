@@ -64,13 +64,13 @@ func baseConfig(dsn string, brokers []string, sources ...config.Source) *config.
 
 // runRelay migrates and runs the relay in this process until the test ends
 // (or stop is called).
-func runRelay(t *testing.T, cfg *config.Config) (stop func()) {
+func runRelay(t *testing.T, cfg *config.Config, opts ...app.Option) (stop func()) {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.Open(ctx, cfg, testLogger(t))
+	a, err := app.Open(ctx, cfg, testLogger(t), append([]app.Option{app.WithKafkaOptions(kgo.MetadataMinAge(20 * time.Millisecond))}, opts...)...)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

@@ -89,27 +89,95 @@ func (w *Worker) publish(ctx context.Context, f *inflight) {
 		}
 	}
 	started := time.Now()
-	w.send(ctx, f, now, msgs, errs, state)
-	if len(later) > 0 {
-		deps := make([]*inflight, 0, len(f.keyDep))
-		for _, d := range f.keyDep {
-			if !slices.Contains(deps, d) {
-				deps = append(deps, d)
+	if !w.o.Ordering {
+		w.send(ctx, f, append(now, later...), msgs, errs, state)
+	} else {
+		w.sendInWaves(ctx, f, now, msgs, errs, state)
+		if len(later) > 0 {
+			deps := make([]*inflight, 0, len(f.keyDep))
+			for _, d := range f.keyDep {
+				if !slices.Contains(deps, d) {
+					deps = append(deps, d)
+				}
 			}
-		}
-		slices.SortFunc(deps, func(a, b *inflight) int { return int(a.seq - b.seq) })
-		for _, d := range deps {
-			select {
-			case <-d.done:
-			case <-ctx.Done():
+			slices.SortFunc(deps, func(a, b *inflight) int { return int(a.seq - b.seq) })
+			for _, d := range deps {
+				select {
+				case <-d.done:
+				case <-ctx.Done():
+				}
 			}
+			w.sendInWaves(ctx, f, later, msgs, errs, state)
 		}
-		w.send(ctx, f, later, msgs, errs, state)
 	}
 	if m := w.o.Metrics; m != nil {
 		m.PublishDuration.Observe(time.Since(started).Seconds())
 	}
 	w.decide(f, msgs, errs, state)
+}
+
+// sendInWaves publishes the rows at idx (in order) so that rows of one key
+// bound for different partitions never overlap: the sink keeps order only
+// within a partition. A key's rows are cut into segments of consecutive rows
+// with the same route; wave n sends every key's n-th segment, and a key whose
+// row failed (retryably) or was deferred sends nothing more. Most keys have
+// one segment, so most batches are one wave.
+func (w *Worker) sendInWaves(ctx context.Context, f *inflight, idx []int, msgs []*sink.Message, errs []error, state []int8) {
+	type segment struct {
+		n     int
+		route string
+	}
+	waves := make([]int, len(idx))
+	segs := map[string]*segment{}
+	last := 0
+	for j, i := range idx {
+		route := msgs[i].Destination + "\x00" + string(routingKey(msgs[i]))
+		k := f.rows[i].OrderKey
+		s := segs[k]
+		switch {
+		case s == nil:
+			segs[k] = &segment{route: route}
+		case s.route != route:
+			s.n++
+			s.route = route
+			waves[j] = s.n
+			last = max(last, s.n)
+		default:
+			waves[j] = s.n
+		}
+	}
+	if last == 0 {
+		w.send(ctx, f, idx, msgs, errs, state)
+		return
+	}
+	stopped := map[string]bool{}
+	for wave := 0; wave <= last; wave++ {
+		var batch []int
+		for j, i := range idx {
+			if waves[j] != wave {
+				continue
+			}
+			if stopped[f.rows[i].OrderKey] {
+				state[i] = stateDeferred
+				continue
+			}
+			batch = append(batch, i)
+		}
+		w.send(ctx, f, batch, msgs, errs, state)
+		for _, i := range batch {
+			if state[i] == stateDeferred || (errs[i] != nil && !sink.IsTerminal(errs[i])) {
+				stopped[f.rows[i].OrderKey] = true
+			}
+		}
+	}
+}
+
+// routingKey is what picks a message's partition.
+func routingKey(m *sink.Message) []byte {
+	if m.PartitionKey != nil {
+		return m.PartitionKey
+	}
+	return m.Key
 }
 
 // send publishes the rows at idx that are not fenced; fenced rows are

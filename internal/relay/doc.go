@@ -18,11 +18,13 @@
 //   - In the database, a row whose key has a row backing off in retry_state is
 //     not claimed (the claim query's NOT EXISTS), and rows are claimed in the
 //     layout's order.
-//   - Within a batch, rows of one key go to the sink in one Publish call, in
-//     order; the sink contract says a failure fails every later message of
-//     that key in the call. Later rows that failed only because an earlier
-//     one did are deferred, not counted as attempts, so a poison row cannot
-//     spend its followers' budget.
+//   - Within a batch, rows of one key bound for one partition go to the sink
+//     in one Publish call, in order; the sink contract says a failure fails
+//     every later message of that key in the call. Later rows that failed
+//     only because an earlier one did are deferred, not counted as attempts,
+//     so a poison row cannot spend its followers' budget. When a key's rows
+//     change route (another topic, say), the later rows wait for the earlier
+//     ones' results (waves), since no broker orders across partitions.
 //   - Across batches in flight, a row whose key is held by an earlier batch
 //     waits until that batch commits. If the earlier batch scheduled a retry
 //     for the key (or failed to commit), the row is deferred: left pending,

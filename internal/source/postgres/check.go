@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -34,15 +35,68 @@ func NeededPrivileges(l *layout.Layout) []string {
 	return need
 }
 
+// UpdatedColumns lists the columns of the outbox table that the relay writes
+// (marking rows published or dead, keeping retry columns, and putting rows
+// back on replay).
+func UpdatedColumns(l *layout.Layout) []string {
+	var cols []string
+	for _, c := range []string{l.Flag, l.PublishedAt, l.Status, l.RetryCount, l.Error} {
+		if c != "" && !slices.Contains(cols, c) {
+			cols = append(cols, c)
+		}
+	}
+	return cols
+}
+
 // CheckPrivileges compares the current role's grants on t with need.
-func CheckPrivileges(ctx context.Context, pool *pgxpool.Pool, t Table, need []string) (Privileges, error) {
+//
+// The table is looked up by OID, so that a role without USAGE on the
+// table's schema is reported as missing "USAGE on schema ..." rather than
+// making the check itself fail. UPDATE granted on each of updateCols (see
+// UpdatedColumns) counts as UPDATE: column-level grants are enough for the
+// relay. INSERT and UPDATE granted on any column count as granted when they
+// are not needed.
+func CheckPrivileges(ctx context.Context, pool *pgxpool.Pool, t Table, need []string, updateCols ...string) (Privileges, error) {
 	p := Privileges{Table: t}
+	var (
+		oid   uint32
+		usage bool
+	)
+	err := pool.QueryRow(ctx, `SELECT c.oid, has_schema_privilege(current_user, n.oid, 'USAGE')
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = $1 AND c.relname = $2`, t.Schema, t.Name).Scan(&oid, &usage)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return p, fmt.Errorf("check privileges on %s: table not found", t)
+	}
+	if err != nil {
+		return p, fmt.Errorf("check privileges on %s: %w", t, err)
+	}
+	if !usage {
+		p.Missing = append(p.Missing, "USAGE on schema "+QuoteIdent(t.Schema))
+	}
 	for _, priv := range []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"} {
+		needed := slices.Contains(need, priv)
+		fn := "has_table_privilege"
+		if !needed && (priv == "INSERT" || priv == "UPDATE") {
+			fn = "has_any_column_privilege"
+		}
 		var has bool
-		if err := pool.QueryRow(ctx, "SELECT has_table_privilege(current_user, $1, $2)", t.String(), priv).Scan(&has); err != nil {
+		if err := pool.QueryRow(ctx, "SELECT "+fn+"(current_user, $1::oid, $2)", oid, priv).Scan(&has); err != nil {
 			return p, fmt.Errorf("check %s on %s: %w", priv, t, err)
 		}
-		needed := slices.Contains(need, priv)
+		if needed && !has && priv == "UPDATE" && len(updateCols) > 0 {
+			has = true
+			for _, c := range updateCols {
+				var ok bool
+				if err := pool.QueryRow(ctx, "SELECT has_column_privilege(current_user, $1::oid, $2, 'UPDATE')", oid, c).Scan(&ok); err != nil {
+					return p, fmt.Errorf("check UPDATE on %s.%s: %w", t, QuoteIdent(c), err)
+				}
+				if !ok {
+					has = false
+					break
+				}
+			}
+		}
 		switch {
 		case needed && !has:
 			p.Missing = append(p.Missing, priv)
