@@ -251,7 +251,7 @@ sources:
 		t.Errorf("check with column-level UPDATE: %q, want ok", l)
 	}
 	more := insert(3, "columns")
-	runRelay(t, baseConfig(roleDSN, brokers, config.Source{Name: "jm", Table: "journey_matcher.outbox", Preset: "published-flag"}))
+	stop = runRelay(t, baseConfig(roleDSN, brokers, config.Source{Name: "jm", Table: "journey_matcher.outbox", Preset: "published-flag"}))
 	got = distinct(col.waitDistinct(t, 13, 30*time.Second))
 	for _, id := range more {
 		if got[id] == nil {
@@ -263,6 +263,7 @@ sources:
 		_ = pool.QueryRow(ctx, "SELECT count(*) FROM journey_matcher.outbox WHERE published AND published_at IS NOT NULL").Scan(&n)
 		return n == 13, fmt.Sprintf("%d/13", n)
 	})
+	stop()
 
 	// UPDATE on some of them is not.
 	pgtest.Exec(t, pool, "REVOKE UPDATE (published_at) ON journey_matcher.outbox FROM "+ident)
