@@ -8,8 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
@@ -32,15 +34,23 @@ type App struct {
 	owner   string
 	pools   map[string]*pgxpool.Pool
 
-	kgoOpts []kgo.Opt
+	kgoOpts       []kgo.Opt
+	statsInterval time.Duration
 
-	mu      sync.Mutex
-	sinks   map[string]sink.Publisher
+	mu        sync.Mutex
+	adminAddr string
+	sinks     map[string]sink.Publisher
 	running map[string]*runningSource
 }
 
 // Option adjusts an App.
 type Option func(*App)
+
+// WithStatsInterval sets how often sources refresh relay_state and their
+// backlog gauges (default 10s).
+func WithStatsInterval(d time.Duration) Option {
+	return func(a *App) { a.statsInterval = d }
+}
 
 // WithKafkaOptions passes extra franz-go options to every Kafka sink (tests
 // and benchmarks tune metadata refreshes with it).
@@ -59,7 +69,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 	host, _ := os.Hostname()
 	a := &App{
 		cfg: cfg, log: log, reg: reg, metrics: metrics.New(reg),
-		owner: fmt.Sprintf("%s/%d", host, os.Getpid()),
+		owner: fmt.Sprintf("%s/%d/%04x", host, os.Getpid(), rand.N(1<<16)),
 		pools: map[string]*pgxpool.Pool{}, sinks: map[string]sink.Publisher{}, running: map[string]*runningSource{},
 	}
 	for _, o := range opts {
@@ -76,6 +86,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 			return nil, fmt.Errorf("databases.%s.dsn: %w", name, err)
 		}
 		pc.MaxConns = int32(db.MaxConns)
+		pc.ConnConfig.RuntimeParams["application_name"] = postgres.ApplicationName(a.owner)
 		pool, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			a.Close()
@@ -163,7 +174,9 @@ func (a *App) ready(ctx context.Context) map[string]error {
 		}
 	}
 	for name, r := range a.running {
-		out["source:"+name] = r.worker.Healthy()
+		if w := r.active(); w != nil {
+			out["source:"+name] = w.Healthy()
+		}
 	}
 	if len(a.running) == 0 {
 		out["sources"] = errors.New("no source is running yet")
@@ -182,6 +195,13 @@ func (a *App) PingSink(ctx context.Context, name string) error {
 		return nil
 	}
 	return p.Ping(ctx)
+}
+
+// AdminAddr is the admin server's address once Run listens ("" before).
+func (a *App) AdminAddr() string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.adminAddr
 }
 
 // RelaySchema is the schema of the relay's own tables.

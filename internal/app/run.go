@@ -12,9 +12,23 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
+// runningSource is a source this process serves: relaying it while it
+// holds the source's lease, standing by while another replica does.
 type runningSource struct {
-	worker *relay.Worker
-	done   chan struct{}
+	mu     sync.Mutex
+	worker *relay.Worker // nil while standing by
+}
+
+func (r *runningSource) active() *relay.Worker {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.worker
+}
+
+func (r *runningSource) set(w *relay.Worker) {
+	r.mu.Lock()
+	r.worker = w
+	r.mu.Unlock()
 }
 
 // Run starts the admin server, the listeners and every source, re-checks
@@ -34,6 +48,9 @@ func (a *App) Run(ctx context.Context) error {
 			return fmt.Errorf("admin.listen: %w", err)
 		}
 		a.log.Info("admin server listening", "addr", srv.Addr())
+		a.mu.Lock()
+		a.adminAddr = srv.Addr()
+		a.mu.Unlock()
 		wg.Go(func() {
 			if err := srv.Run(ctx); err != nil {
 				a.log.Error("admin server", "err", err)
@@ -58,18 +75,19 @@ func (a *App) Run(ctx context.Context) error {
 		if dup {
 			return nil
 		}
-		w, err := a.worker(ctx, s, listenerFor)
+		// Prepare now, so that a source that cannot start (no sink, a
+		// trigger required but missing) fails the start.
+		build, err := a.prepare(ctx, s, listenerFor)
 		if err != nil {
 			return err
 		}
-		r := &runningSource{worker: w, done: make(chan struct{})}
+		r := &runningSource{}
 		a.mu.Lock()
 		a.running[s.Name] = r
 		a.mu.Unlock()
 		a.log.Info("source started", "source", s.Name, "table", s.Table.String(), "mode", s.Layout.Mode)
 		wg.Go(func() {
-			defer close(r.done)
-			_ = w.Run(ctx)
+			a.runLeased(ctx, s, r, build)
 		})
 		return nil
 	}
@@ -108,8 +126,9 @@ func (a *App) Run(ctx context.Context) error {
 	return nil
 }
 
-// worker builds the worker of one source, setting up its wake-up path.
-func (a *App) worker(ctx context.Context, s *Source, listenerFor func(string) *postgres.Listener) (*relay.Worker, error) {
+// prepare connects a source's sink and sets up its wake-up path; it returns
+// what builds a worker each time the source's lease is acquired.
+func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *postgres.Listener) (func() *relay.Worker, error) {
 	cs := s.Config
 	snk, err := a.sink(cs.Sink)
 	if err != nil {
@@ -127,14 +146,15 @@ func (a *App) worker(ctx context.Context, s *Source, listenerFor func(string) *p
 			a.log.Info("no wake-up trigger; polling only", "source", s.Name, "reason", err)
 		}
 	}
-	return relay.NewWorker(relay.Options{
+	opts := relay.Options{
 		Name: s.Name, Store: s.Store, Sink: snk,
 		BatchSize: cs.BatchSize, Pipeline: cs.Pipeline, Ordering: cs.Ordering == nil || *cs.Ordering,
 		MaxAttempts: cs.MaxAttempts, Backoff: relay.Backoff{Initial: cs.Backoff.Initial.D(), Max: cs.Backoff.Max.D()},
 		PollMin: cs.Poll.Min.D(), PollMax: cs.Poll.Max.D(), ValidateJSON: s.Layout.PayloadJSON,
-		Wake: wake, ShutdownTimeout: a.cfg.Shutdown.Timeout.D(),
+		Wake: wake, ShutdownTimeout: a.cfg.Shutdown.Timeout.D(), StatsInterval: a.statsInterval,
 		Metrics: a.metrics.Source(s.Name), Logger: a.log,
-	}), nil
+	}
+	return func() *relay.Worker { return relay.NewWorker(opts) }, nil
 }
 
 // ensureTrigger reports whether the wake-up trigger is on the table,

@@ -6,13 +6,17 @@ import "time"
 type Config struct {
 	// RelaySchema is where the relay keeps its own tables (relay_state,
 	// failed_events, retry_state, leases). Default "outbox_relay".
-	RelaySchema string              `yaml:"relay_schema"`
-	Log         Log                 `yaml:"log"`
-	Admin       Admin               `yaml:"admin"`
-	Shutdown    Shutdown            `yaml:"shutdown"`
-	Databases   map[string]Database `yaml:"databases"`
-	Sinks       map[string]Sink     `yaml:"sinks"`
-	Sources     []Source            `yaml:"sources"`
+	RelaySchema string   `yaml:"relay_schema"`
+	Log         Log      `yaml:"log"`
+	Admin       Admin    `yaml:"admin"`
+	Shutdown    Shutdown `yaml:"shutdown"`
+	// LeaseTTL is how long a source's lease lasts without renewal: each
+	// source is relayed by one process at a time, and a replica takes over
+	// a source whose owner stopped renewing. Default 15s.
+	LeaseTTL  Duration            `yaml:"lease_ttl"`
+	Databases map[string]Database `yaml:"databases"`
+	Sinks     map[string]Sink     `yaml:"sinks"`
+	Sources   []Source            `yaml:"sources"`
 }
 
 // Log configures structured logging.

@@ -186,6 +186,7 @@ func checkMinimal(t *testing.T, c *Config) {
 		Log:         Log{Level: "info", Format: "json"},
 		Admin:       Admin{Listen: ":9090"},
 		Shutdown:    Shutdown{Timeout: Duration(30 * time.Second)},
+		LeaseTTL:    Duration(15 * time.Second),
 		Databases: map[string]Database{
 			"main": {Driver: "postgres", DSN: "postgres://relay@localhost:5432/app", MaxConns: 10},
 		},

@@ -13,6 +13,7 @@ const (
 	DefaultLogFormat       = "json"
 	DefaultAdminListen     = ":9090"
 	DefaultShutdownTimeout = 30 * time.Second
+	DefaultLeaseTTL        = 15 * time.Second
 
 	DefaultDatabaseDriver   = "postgres"
 	DefaultDatabaseMaxConns = 10
@@ -55,6 +56,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 	d.str(&c.Log.Format, DefaultLogFormat)
 	d.str(&c.Admin.Listen, DefaultAdminListen)
 	d.dur(&c.Shutdown.Timeout, "shutdown.timeout", DefaultShutdownTimeout)
+	d.dur(&c.LeaseTTL, "lease_ttl", DefaultLeaseTTL)
 
 	for name, db := range c.Databases {
 		p := "databases." + name

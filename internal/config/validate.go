@@ -6,6 +6,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Allowed values of the enumerated fields.
@@ -46,6 +47,9 @@ func (c *Config) Validate() error {
 		}
 	}
 	positive(&ps, "shutdown.timeout", c.Shutdown.Timeout)
+	if c.LeaseTTL < Duration(time.Second) {
+		ps.add("lease_ttl", "must be at least 1s, got %s", c.LeaseTTL)
+	}
 
 	for _, name := range sortedKeys(c.Databases) {
 		c.validateDatabase(&ps, name)

@@ -65,6 +65,12 @@ func baseConfig(dsn string, brokers []string, sources ...config.Source) *config.
 // runRelay migrates and runs the relay in this process until the test ends
 // (or stop is called).
 func runRelay(t *testing.T, cfg *config.Config, opts ...app.Option) (stop func()) {
+	_, stop = runApp(t, cfg, opts...)
+	return stop
+}
+
+// runApp is runRelay that also returns the App.
+func runApp(t *testing.T, cfg *config.Config, opts ...app.Option) (a *app.App, stop func()) {
 	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
@@ -93,7 +99,7 @@ func runRelay(t *testing.T, cfg *config.Config, opts ...app.Option) (stop func()
 		})
 	}
 	t.Cleanup(stop)
-	return stop
+	return a, stop
 }
 
 // collector consumes topics from the start and keeps every record.

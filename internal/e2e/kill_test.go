@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -38,16 +39,102 @@ type ledger struct {
 	n          atomic.Int64 // committed rows, readable without the lock
 }
 
+// writeTx writes one transaction of n rows for producer's keys and records
+// it in the ledger: committed, or (rollback) rolled back on purpose.
+func writeTx(ctx context.Context, pool *pgxpool.Pool, l *ledger, producer, tx int, keyIDs []string, n int, rollback bool) error {
+	type ins struct{ id, key, marker string }
+	var done []ins
+	err := pgx.BeginFunc(ctx, pool, func(dbtx pgx.Tx) error {
+		done = done[:0]
+		for i := range n {
+			key := keyIDs[rand.N(len(keyIDs))]
+			marker := fmt.Sprintf("ok-%d-%d-%d", producer, tx, i)
+			if rollback {
+				marker = fmt.Sprintf("rb-%d-%d-%d", producer, tx, i)
+			}
+			var id string
+			err := dbtx.QueryRow(ctx, `INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id)
+VALUES ($1, 'journey', 'journey.created', jsonb_build_object('marker', $2::text, 'producer', $3::int, 'tx', $4::int), gen_random_uuid())
+RETURNING id::text`, key, marker, producer, tx).Scan(&id)
+			if err != nil {
+				return err
+			}
+			done = append(done, ins{id, key, marker})
+		}
+		if rollback {
+			return errRollback
+		}
+		return nil
+	})
+	switch {
+	case rollback && errors.Is(err, errRollback):
+		l.mu.Lock()
+		for _, r := range done {
+			l.rolledBack[r.id] = r.marker
+		}
+		l.aborted++
+		l.mu.Unlock()
+		return nil
+	case err != nil:
+		return fmt.Errorf("producer %d: transaction %d: %w", producer, tx, err)
+	}
+	l.mu.Lock()
+	for _, r := range done {
+		l.committed[r.id] = ledgerRow{producer: producer, tx: tx, key: r.key}
+	}
+	l.txs++
+	l.mu.Unlock()
+	l.n.Add(int64(len(done)))
+	return nil
+}
+
+// writeBurst commits n rows for producer's keys in one statement.
+func writeBurst(ctx context.Context, pool *pgxpool.Pool, l *ledger, producer, tx int, keyIDs []string, n int) error {
+	keys, markers := make([]string, n), make([]string, n)
+	for i := range n {
+		keys[i], markers[i] = keyIDs[rand.N(len(keyIDs))], fmt.Sprintf("ok-%d-%d-%d", producer, tx, i)
+	}
+	rows, err := pool.Query(ctx, `INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id)
+SELECT u.k, 'journey', 'journey.created', jsonb_build_object('marker', u.m, 'producer', $3::int, 'tx', $4::int), gen_random_uuid()
+FROM unnest($1::uuid[], $2::text[]) AS u(k, m)
+RETURNING id::text, aggregate_id::text`, keys, markers, producer, tx)
+	if err != nil {
+		return fmt.Errorf("burst %d: %w", tx, err)
+	}
+	type ins struct{ id, key string }
+	done, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (ins, error) {
+		var x ins
+		err := r.Scan(&x.id, &x.key)
+		return x, err
+	})
+	if err != nil {
+		return fmt.Errorf("burst %d: %w", tx, err)
+	}
+	l.mu.Lock()
+	for _, r := range done {
+		l.committed[r.id] = ledgerRow{producer: producer, tx: tx, key: r.key}
+	}
+	l.txs++
+	l.mu.Unlock()
+	l.n.Add(int64(len(done)))
+	return nil
+}
+
+// producerKeys are the aggregate ids (the order keys) of one producer.
+func producerKeys(producer, keys int) []string {
+	ids := make([]string, keys)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%08x-0000-4000-8000-%012x", producer, i)
+	}
+	return ids
+}
+
 // produceOutbox writes rows into journey_matcher.outbox until stop is closed
 // or limit rows are committed: transactions of 1-8 rows, about one in five
 // rolled back. Each producer has its own keys, so a key's transactions
 // commit in the order they were written.
 func produceOutbox(t *testing.T, pool *pgxpool.Pool, l *ledger, producer, keys, limit int, stop <-chan struct{}) {
-	ctx := context.Background()
-	keyIDs := make([]string, keys)
-	for i := range keyIDs {
-		keyIDs[i] = fmt.Sprintf("%08x-0000-4000-8000-%012x", producer, i)
-	}
+	keyIDs := producerKeys(producer, keys)
 	for tx := 0; ; tx++ {
 		select {
 		case <-stop:
@@ -57,56 +144,14 @@ func produceOutbox(t *testing.T, pool *pgxpool.Pool, l *ledger, producer, keys, 
 		if l.n.Load() >= int64(limit) {
 			return
 		}
-		rollback := rand.N(5) == 0
-		rows := 1 + rand.N(8)
-		type ins struct{ id, key, marker string }
-		var done []ins
-		err := pgx.BeginFunc(ctx, pool, func(dbtx pgx.Tx) error {
-			for i := range rows {
-				key := keyIDs[rand.N(len(keyIDs))]
-				marker := fmt.Sprintf("ok-%d-%d-%d", producer, tx, i)
-				if rollback {
-					marker = fmt.Sprintf("rb-%d-%d-%d", producer, tx, i)
-				}
-				var id string
-				err := dbtx.QueryRow(ctx, `INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id)
-VALUES ($1, 'journey', 'journey.created', jsonb_build_object('marker', $2::text, 'producer', $3::int, 'tx', $4::int), gen_random_uuid())
-RETURNING id::text`, key, marker, producer, tx).Scan(&id)
-				if err != nil {
-					return err
-				}
-				done = append(done, ins{id, key, marker})
-			}
-			if rollback {
-				return errRollback
-			}
-			return nil
-		})
-		switch {
-		case rollback && err == errRollback:
-			l.mu.Lock()
-			for _, r := range done {
-				l.rolledBack[r.id] = r.marker
-			}
-			l.aborted++
-			l.mu.Unlock()
-		case err != nil:
-			t.Errorf("producer %d: transaction %d: %v", producer, tx, err)
+		if err := writeTx(context.Background(), pool, l, producer, tx, keyIDs, 1+rand.N(8), rand.N(5) == 0); err != nil {
+			t.Error(err)
 			return
-		default:
-			l.mu.Lock()
-			for _, r := range done {
-				l.committed[r.id] = ledgerRow{producer: producer, tx: tx, key: r.key}
-			}
-			l.txs++
-			l.mu.Unlock()
-			l.n.Add(int64(len(done)))
 		}
-		time.Sleep(time.Duration(rand.N(1500)) * time.Microsecond)
 	}
 }
 
-var errRollback = fmt.Errorf("roll back on purpose")
+var errRollback = errors.New("roll back on purpose")
 
 // TestNoLossAcrossSIGKILL runs the relay binary as a child process while
 // producers write (and roll back) outbox rows, kills it with SIGKILL three
@@ -120,11 +165,16 @@ func TestNoLossAcrossSIGKILL(t *testing.T) {
 		batchSize = 50
 		pipeline  = 3
 		kills     = 3
-		producers = 3
-		keys      = 8
+		producers = 8
+		keys      = 4     // per producer
 		limit     = 40000 // committed rows, a safety cap
 		topic     = "journey.created"
+		// Before each kill, a burst of burstTxs transactions of burstRows
+		// rows each, written by one more producer.
+		burstTxs  = 4
+		burstRows = 250
 	)
+	burstKeys, burstTx := producerKeys(producers, keys), 0
 	bin := buildRelay(t)
 	ctx := context.Background()
 	dsn, pool := pgtest.NewDB(t)
@@ -172,18 +222,36 @@ sources:
 	procs = append(procs, proc)
 	last := 0
 	for k := 1; k <= kills; k++ {
-		// Kill while events flow: this process has delivered a few hundred
-		// more, and the consumer has not seen everything committed yet.
+		// Kill while events flow: once this process has delivered a few
+		// hundred events, a burst of committed rows lands, and the kill
+		// comes while the relay is working through it.
 		waitFor(t, 30*time.Second, fmt.Sprintf("events flowing before kill %d", k), func() (bool, string) {
-			got, committed := received(), int(l.n.Load())
-			return got >= last+300 && got < committed, fmt.Sprintf("received %d (%d at the previous start), committed %d", got, last, committed)
+			got := received()
+			return got >= last+300, fmt.Sprintf("received %d (%d at the previous start)", got, last)
 		})
-		time.Sleep(time.Duration(rand.N(20)) * time.Millisecond)
+		for range burstTxs {
+			if err := writeBurst(ctx, pool, l, producers, burstTx, burstKeys, burstRows); err != nil {
+				t.Fatal(err)
+			}
+			burstTx++
+		}
+		from := received()
+		waitFor(t, 30*time.Second, fmt.Sprintf("the burst flowing before kill %d", k), func() (bool, string) {
+			got := received()
+			return got >= from+burstTxs*burstRows/10, fmt.Sprintf("received %d (%d after the burst)", got, from)
+		})
+		var pending int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM journey_matcher.outbox WHERE NOT published").Scan(&pending); err != nil {
+			t.Fatal(err)
+		}
+		if pending == 0 {
+			t.Logf("kill %d: the relay caught up before the kill", k)
+		}
 		before := received()
 		proc.kill(t)
 		proc.checkOutput(t)
 		last = received()
-		t.Logf("kill %d: SIGKILL pid %d with %d/%d events received (%d at kill time)", k, proc.cmd.Process.Pid, last, l.n.Load(), before)
+		t.Logf("kill %d: SIGKILL pid %d with %d rows pending, %d events received at the kill (%d just after), %d committed", k, proc.cmd.Process.Pid, pending, before, last, l.n.Load())
 		proc = startRelay(t, bin, cfgPath)
 		procs = append(procs, proc)
 	}

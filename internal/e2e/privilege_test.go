@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,23 +36,24 @@ func runCLI(t *testing.T, args ...string) (string, error) {
 	return out.String() + errOut.String(), err
 }
 
-// leastPrivilegeRole creates a login role (no password: trust auth) that may
-// only use schema journey_matcher, SELECT and UPDATE journey_matcher.outbox,
-// and owns the relay's schema outbox_relay. The role and what it owns are
-// dropped when the test ends, before pgtest drops the database.
-func leastPrivilegeRole(t *testing.T, admin interface {
+// execer is a pool or a connection.
+type execer interface {
 	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
-}) string {
+}
+
+// newLoginRole creates a login role with a random name and no privileges
+// (no password: the local server trusts). What it owns and was granted in
+// the test database, then the role itself, are dropped when the test ends,
+// before pgtest drops the database (t.Cleanup is LIFO).
+func newLoginRole(t *testing.T, admin execer) (role, ident string) {
 	t.Helper()
 	ctx := context.Background()
-	role := "outbox_relay_lp_" + pgtest.Suffix()
-	ident := pgx.Identifier{role}.Sanitize()
+	role = "outbox_relay_lp_" + pgtest.Suffix()
+	ident = pgx.Identifier{role}.Sanitize()
 	if _, err := admin.Exec(ctx, "CREATE ROLE "+ident+" LOGIN"); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		// Runs before pgtest's database drop (t.Cleanup is LIFO): first what
-		// the role owns and was granted in the test database, then the role.
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		if _, err := admin.Exec(ctx, "DROP OWNED BY "+ident+" CASCADE"); err != nil {
@@ -67,6 +69,16 @@ func leastPrivilegeRole(t *testing.T, admin interface {
 			t.Errorf("drop role %s: %v", role, err)
 		}
 	})
+	return role, ident
+}
+
+// leastPrivilegeRole creates a login role that may only use schema
+// journey_matcher, SELECT and UPDATE journey_matcher.outbox, and owns the
+// relay's schema outbox_relay (created for it by the administrator).
+func leastPrivilegeRole(t *testing.T, admin execer) string {
+	t.Helper()
+	ctx := context.Background()
+	role, ident := newLoginRole(t, admin)
 	for _, q := range []string{
 		"GRANT USAGE ON SCHEMA journey_matcher TO " + ident,
 		"GRANT SELECT, UPDATE ON journey_matcher.outbox TO " + ident,
@@ -284,5 +296,160 @@ sources:
 	}
 	if l := sourceLine(out); !strings.Contains(l, `MISSING USAGE on schema "journey_matcher"`) {
 		t.Errorf("check without USAGE on the schema: %q, want MISSING USAGE on schema \"journey_matcher\"", l)
+	}
+}
+
+// runInProcess runs the command line in this process in the background;
+// stop cancels it and returns its output, failing the test if it returned
+// an error.
+func runInProcess(t *testing.T, args ...string) (stop func() string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		out  string
+		err  error
+		done = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		var o, e bytes.Buffer
+		root := cli.NewRoot(&o, &e)
+		root.SetArgs(args)
+		err = root.ExecuteContext(ctx)
+		out = o.String() + e.String()
+	}()
+	var once sync.Once
+	stop = func() string {
+		once.Do(func() {
+			cancel()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("%s did not stop within 30s of its context being cancelled", strings.Join(args, " "))
+			}
+			if err != nil {
+				t.Errorf("%s: %v\n%s", strings.Join(args, " "), err, out)
+			}
+		})
+		return out
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// TestRelayRoleWithoutSchemaOwnership: the schema is migrated by an
+// administrator and the relay runs (run --no-migrate, dlq replay) as a role
+// granted only what check says it needs on the relay's tables. check
+// reports the sequence and table privileges it lacks, and they are really
+// needed.
+func TestRelayRoleWithoutSchemaOwnership(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed000)
+	const topic = "journey.created"
+	c := kafkaCluster(t, kfake.SeedTopics(1, topic))
+	broker := c.ListenAddrs()[0]
+	writeCfg := func(dsn string) string {
+		p := filepath.Join(t.TempDir(), "relay.yaml")
+		if err := os.WriteFile(p, fmt.Appendf(nil, `log: {level: warn, format: text}
+admin: {listen: "off"}
+shutdown: {timeout: 5s}
+databases:
+  main: {dsn: %q}
+sinks:
+  kafka: {type: kafka, brokers: [%q], max_message_bytes: 1000}
+sources:
+  - name: jm
+    table: journey_matcher.outbox
+    preset: published-flag
+    poll: {min: 5ms, max: 50ms}
+`, dsn, broker), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	if out, err := runCLI(t, "--config", writeCfg(dsn), "migrate", "up"); err != nil {
+		t.Fatalf("migrate up as the administrator: %v\n%s", err, out)
+	}
+	role, ident := newLoginRole(t, pool)
+	pgtest.Exec(t, pool,
+		"GRANT USAGE ON SCHEMA journey_matcher TO "+ident,
+		"GRANT SELECT, UPDATE ON journey_matcher.outbox TO "+ident,
+		"GRANT USAGE ON SCHEMA outbox_relay TO "+ident,
+		"GRANT SELECT, INSERT, UPDATE ON outbox_relay.relay_state, outbox_relay.failed_events TO "+ident,
+		"GRANT INSERT ON outbox_relay.failed_event_audit TO "+ident,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relay.retry_state, outbox_relay.leases TO "+ident,
+		"GRANT USAGE ON SEQUENCE outbox_relay.failed_event_audit_id_seq TO "+ident)
+	cfg := writeCfg(pgtest.WithUser(t, dsn, role))
+
+	out, err := runCLI(t, "--config", cfg, "check", "--skip-sinks", "--strict")
+	if err != nil {
+		t.Fatalf("check --strict as a role with exactly the needed grants: %v\n%s", err, out)
+	}
+	if !strings.Contains(out, "databases.main: relay schema outbox_relay: ok") {
+		t.Errorf("check output:\n%s", out)
+	}
+
+	var big string
+	if err := pool.QueryRow(ctx, `INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id)
+VALUES (gen_random_uuid(), 'journey', $1, jsonb_build_object('blob', repeat('x', 3000)), gen_random_uuid()) RETURNING id::text`, topic).Scan(&big); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id)
+SELECT gen_random_uuid(), 'journey', 'journey.created', jsonb_build_object('i', i), gen_random_uuid() FROM generate_series(1, 3) i`)
+	col := collect(t, []string{broker}, topic)
+	// relayUntilDead runs the relay as the role until the big row has n dead
+	// letters and every other row is published.
+	relayUntilDead := func(n int) {
+		t.Helper()
+		stop := runInProcess(t, "--config", cfg, "run", "--no-migrate")
+		waitFor(t, 30*time.Second, "the big row dead-lettered, the others published", func() (bool, string) {
+			var dead, pending int
+			_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events WHERE original_event_id = $1", big).Scan(&dead)
+			_ = pool.QueryRow(ctx, "SELECT count(*) FROM journey_matcher.outbox WHERE NOT published").Scan(&pending)
+			return dead == n && pending == 0, fmt.Sprintf("%d dead letters, %d rows pending", dead, pending)
+		})
+		stop()
+	}
+	relayUntilDead(1)
+	col.waitDistinct(t, 3, 10*time.Second)
+	var stats int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.relay_state WHERE source = 'jm'").Scan(&stats); err != nil || stats != 1 {
+		t.Errorf("relay_state rows for jm: %d (%v), want 1", stats, err)
+	}
+	var dl string
+	if err := pool.QueryRow(ctx, "SELECT id::text FROM outbox_relay.failed_events WHERE original_event_id = $1 AND replayed_at IS NULL", big).Scan(&dl); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, "--config", cfg, "dlq", "replay", "--id", dl); err != nil || !strings.Contains(out, "replayed 1 dead letter(s)") {
+		t.Fatalf("dlq replay as the role: %v\n%s", err, out)
+	}
+	var audits int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_event_audit WHERE failed_event_id = $1", dl).Scan(&audits); err != nil || audits != 1 {
+		t.Fatalf("audit rows for %s: %d (%v), want 1", dl, audits, err)
+	}
+
+	// Without USAGE on the audit table's sequence, check says so, and a
+	// replay does fail.
+	pgtest.Exec(t, pool, "REVOKE USAGE ON SEQUENCE outbox_relay.failed_event_audit_id_seq FROM "+ident)
+	out, err = runCLI(t, "--config", cfg, "check", "--skip-sinks")
+	if err == nil || !strings.Contains(out, "relay schema: MISSING USAGE on sequence outbox_relay.failed_event_audit_id_seq") {
+		t.Errorf("check without USAGE on the sequence: %v, want MISSING USAGE on sequence outbox_relay.failed_event_audit_id_seq\n%s", err, out)
+	}
+	relayUntilDead(2) // the replayed row is dead-lettered again
+	if err := pool.QueryRow(ctx, "SELECT id::text FROM outbox_relay.failed_events WHERE original_event_id = $1 AND replayed_at IS NULL", big).Scan(&dl); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runCLI(t, "--config", cfg, "dlq", "replay", "--id", dl); err == nil || !strings.Contains(err.Error(), "permission denied for sequence") {
+		t.Errorf("dlq replay without USAGE on the sequence: %v, want permission denied for sequence\n%s", err, out)
+	}
+
+	// A table privilege the relay uses.
+	pgtest.Exec(t, pool, "GRANT USAGE ON SEQUENCE outbox_relay.failed_event_audit_id_seq TO "+ident,
+		"REVOKE DELETE ON outbox_relay.retry_state FROM "+ident)
+	out, err = runCLI(t, "--config", cfg, "check", "--skip-sinks")
+	if err == nil || !strings.Contains(out, `relay schema: MISSING DELETE on "outbox_relay"."retry_state"`) {
+		t.Errorf("check without DELETE on retry_state: %v\n%s", err, out)
 	}
 }

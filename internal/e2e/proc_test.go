@@ -14,41 +14,22 @@ import (
 	"time"
 )
 
-// buildRelay builds cmd/outbox-relay into a temporary directory once per test
-// binary (with -race when the tests run with it) and returns its path.
+// buildRelay builds cmd/outbox-relay (with -race when the tests run with
+// it) into the test's temporary directory and returns its path. The Go
+// build cache makes a second build in the same run cheap.
 func buildRelay(t *testing.T) string {
 	t.Helper()
-	buildOnce.Do(func() { builtPath, buildErr = build() })
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtPath
-}
-
-var (
-	buildOnce sync.Once
-	builtPath string
-	buildErr  error
-)
-
-func build() (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "go", "env", "GOMOD").Output()
 	if err != nil {
-		return "", errors.New("go env GOMOD: " + err.Error())
+		t.Fatalf("go env GOMOD: %v", err)
 	}
 	gomod := strings.TrimSpace(string(out))
 	if gomod == "" || gomod == os.DevNull {
-		return "", errors.New("go env GOMOD: not in a module")
+		t.Fatal("go env GOMOD: not in a module")
 	}
-	dir, err := os.MkdirTemp("", "outbox-relay-e2e-")
-	if err != nil {
-		return "", err
-	}
-	// The directory outlives any one test; TestMain-free cleanup is left to
-	// the OS temp cleaner, the binary is small.
-	bin := filepath.Join(dir, "outbox-relay")
+	bin := filepath.Join(t.TempDir(), "outbox-relay")
 	args := []string{"build", "-o", bin}
 	if raceEnabled {
 		args = append(args, "-race")
@@ -57,9 +38,9 @@ func build() (string, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = filepath.Dir(gomod)
 	if b, err := cmd.CombinedOutput(); err != nil {
-		return "", errors.New("go " + strings.Join(args, " ") + ": " + err.Error() + "\n" + string(b))
+		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, b)
 	}
-	return bin, nil
+	return bin
 }
 
 // syncBuffer is a bytes.Buffer safe for a child's stdout and stderr.

@@ -65,7 +65,9 @@ func (w *Worker) complete(hard context.Context, f *inflight) {
 	}
 	w.mu.Unlock()
 	close(f.done)
-
+	if m := w.o.Metrics; m != nil {
+		m.InflightBatches.Dec()
+	}
 	if err == nil {
 		w.account(f)
 	}
@@ -136,6 +138,11 @@ func (w *Worker) flushStats(ctx context.Context) {
 	if m := w.o.Metrics; m != nil {
 		m.OldestPendingAge.Set(bl.OldestAge.Seconds())
 		m.PendingEvents.Set(float64(bl.Pending))
+		if n, err := w.o.Store.DeadLetters(ctx); err == nil {
+			m.FailedEvents.Set(float64(n))
+		} else {
+			w.log.Warn("count dead letters", "err", err)
+		}
 	}
 	w.statsMu.Lock()
 	st := w.stats

@@ -96,7 +96,10 @@ func parseHeaders(raw []byte) ([]sink.Header, error) {
 		if err := dec.Decode(&v); err != nil {
 			return nil, fmt.Errorf("invalid headers: %w", err)
 		}
-		k := kt.(string)
+		k, ok := kt.(string)
+		if !ok {
+			return nil, errors.New("invalid headers: not a JSON object")
+		}
 		if reserved[k] {
 			continue
 		}

@@ -477,11 +477,11 @@ func TestIsJSON(t *testing.T) {
 		{`nul`, false},
 		{`NaN`, false},
 		{`01`, false},
-		{"{\"a\":\"\xff\"}", false},       // invalid UTF-8 inside a string
-		{"{\"a\":\"\xc3\"}", false},       // truncated UTF-8 sequence
+		{"{\"a\":\"\xff\"}", false},         // invalid UTF-8 inside a string
+		{"{\"a\":\"\xc3\"}", false},         // truncated UTF-8 sequence
 		{"{\"a\":\"\xed\xa0\x80\"}", false}, // UTF-8-encoded surrogate
-		{"{\"a\":\"b\x00\"}", false},      // raw control character
-		{"\xef\xbb\xbf{}", false},         // byte order mark
+		{"{\"a\":\"b\x00\"}", false},        // raw control character
+		{"\xef\xbb\xbf{}", false},           // byte order mark
 	}
 	for _, tt := range tests {
 		if got := isJSON([]byte(tt.in)); got != tt.want {

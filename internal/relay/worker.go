@@ -186,6 +186,7 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 			m.ClaimBatches.Inc()
 			m.ClaimDuration.Observe(time.Since(start).Seconds())
 			m.BatchSize.Observe(float64(len(f.rows)))
+			m.InflightBatches.Inc()
 		}
 		ackQ <- f
 		if len(f.rows) < w.o.BatchSize {

@@ -96,6 +96,8 @@ type Store interface {
 	Claim(ctx context.Context, limit int) (Batch, error)
 	// Backlog measures what is pending.
 	Backlog(ctx context.Context) (Backlog, error)
+	// DeadLetters counts the source's dead letters not yet replayed.
+	DeadLetters(ctx context.Context) (int64, error)
 	// RecordStats adds s to the relay_state row and sets last poll time.
 	RecordStats(ctx context.Context, s Stats) error
 }

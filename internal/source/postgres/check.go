@@ -107,7 +107,22 @@ WHERE n.nspname = $1 AND c.relname = $2`, t.Schema, t.Name).Scan(&oid, &usage)
 	return p, nil
 }
 
-// CheckRelaySchema reports what the role lacks on the relay's own tables.
+// relayTableNeeds is what the relay does on each of its own tables: the
+// engine, the stats it records and dead-letter replay.
+var relayTableNeeds = []struct {
+	table string
+	privs []string
+}{
+	{"relay_state", []string{"SELECT", "INSERT", "UPDATE"}},
+	{"failed_events", []string{"SELECT", "INSERT", "UPDATE"}},
+	{"failed_event_audit", []string{"INSERT"}},
+	{"retry_state", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	{"leases", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+}
+
+// CheckRelaySchema reports what the role lacks on the relay's own schema:
+// USAGE on it, the privileges the relay uses on each of its tables, and
+// USAGE on the sequences of serial columns of tables it inserts into.
 func CheckRelaySchema(ctx context.Context, pool *pgxpool.Pool, relaySchema string) ([]string, error) {
 	var missing []string
 	var usage bool
@@ -117,16 +132,50 @@ func CheckRelaySchema(ctx context.Context, pool *pgxpool.Pool, relaySchema strin
 	if !usage {
 		return []string{"USAGE on schema " + relaySchema + " (or the schema is missing: run migrate up)"}, nil
 	}
-	for _, tbl := range []string{"relay_state", "failed_events", "failed_event_audit", "retry_state", "leases"} {
-		name := pgx.Identifier{relaySchema, tbl}.Sanitize()
-		for _, priv := range []string{"SELECT", "INSERT", "UPDATE", "DELETE"} {
+	for _, tn := range relayTableNeeds {
+		name := pgx.Identifier{relaySchema, tn.table}.Sanitize()
+		var oid *uint32
+		if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::oid", name).Scan(&oid); err != nil {
+			return nil, fmt.Errorf("check %s: %w", name, err)
+		}
+		if oid == nil {
+			missing = append(missing, "table "+name+" (run migrate up)")
+			continue
+		}
+		for _, priv := range tn.privs {
 			var has bool
-			err := pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL AND has_table_privilege(current_user, $1, $2)", name, priv).Scan(&has)
-			if err != nil {
+			if err := pool.QueryRow(ctx, "SELECT has_table_privilege(current_user, $1::oid, $2)", *oid, priv).Scan(&has); err != nil {
 				return nil, fmt.Errorf("check %s on %s: %w", priv, name, err)
 			}
 			if !has {
 				missing = append(missing, priv+" on "+name)
+			}
+		}
+		if !slices.Contains(tn.privs, "INSERT") {
+			continue
+		}
+		rows, err := pool.Query(ctx, `SELECT s.oid::regclass::text, has_sequence_privilege(current_user, s.oid, 'USAGE')
+FROM pg_depend d JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass AND d.refobjid = $1::oid AND d.deptype = 'a'
+ORDER BY 1`, *oid)
+		if err != nil {
+			return nil, fmt.Errorf("check sequences of %s: %w", name, err)
+		}
+		type seq struct {
+			name string
+			has  bool
+		}
+		seqs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (seq, error) {
+			var s seq
+			err := r.Scan(&s.name, &s.has)
+			return s, err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("check sequences of %s: %w", name, err)
+		}
+		for _, sq := range seqs {
+			if !sq.has {
+				missing = append(missing, "USAGE on sequence "+sq.name)
 			}
 		}
 	}

@@ -63,8 +63,16 @@ func (m *Migrator) Close() error { return m.db.Close() }
 
 // Up creates the schema if needed and applies every pending migration.
 func (m *Migrator) Up(ctx context.Context) error {
-	if _, err := m.db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+QuoteIdent(m.schema)); err != nil {
-		return fmt.Errorf("create schema %s: %w", m.schema, err)
+	// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the
+	// schema exists; a least-privilege role is given its schema instead.
+	var exists bool
+	if err := m.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", m.schema).Scan(&exists); err != nil {
+		return fmt.Errorf("look up schema %s: %w", m.schema, err)
+	}
+	if !exists {
+		if _, err := m.db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+QuoteIdent(m.schema)); err != nil {
+			return fmt.Errorf("create schema %s: %w", m.schema, err)
+		}
 	}
 	if _, err := m.prov.Up(ctx); err != nil {
 		return fmt.Errorf("migrate up: %w", err)

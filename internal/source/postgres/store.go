@@ -158,6 +158,11 @@ func (s *Store) Backlog(ctx context.Context) (source.Backlog, error) {
 	return b, nil
 }
 
+// DeadLetters implements source.Store.
+func (s *Store) DeadLetters(ctx context.Context) (int64, error) {
+	return FailedCount(ctx, s.pool, s.opts.RelaySchema, s.opts.Source)
+}
+
 // RecordStats implements source.Store.
 func (s *Store) RecordStats(ctx context.Context, st source.Stats) error {
 	_, err := s.pool.Exec(ctx, `INSERT INTO `+QuoteIdent(s.opts.RelaySchema)+`.relay_state AS t

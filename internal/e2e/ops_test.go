@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outbox-relay/outbox-relay/internal/app"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+)
+
+func httpGet(t *testing.T, url string) (int, string) {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// metricValue reads one sample from a Prometheus text exposition.
+func metricValue(t *testing.T, body, name string, labels ...string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(body, "\n") {
+		if !strings.HasPrefix(line, name+"{") && !strings.HasPrefix(line, name+" ") {
+			continue
+		}
+		ok := true
+		for _, l := range labels {
+			ok = ok && strings.Contains(line, l)
+		}
+		if !ok {
+			continue
+		}
+		f := strings.Fields(line)
+		v, err := strconv.ParseFloat(f[len(f)-1], 64)
+		if err != nil {
+			t.Fatalf("parse %q: %v", line, err)
+		}
+		return v
+	}
+	t.Fatalf("metric %s%v not found", name, labels)
+	return 0
+}
+
+// TestOperations covers what an operator sees: metrics, health, readiness,
+// relay_state, the wake-up trigger (a row arrives long before the next
+// poll), and a clean stop.
+func TestOperations(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
+	c := kafkaCluster(t, kfake.SeedTopics(2, "ops"))
+	brokers := c.ListenAddrs()
+	col := collect(t, brokers, "ops")
+	cfg := baseConfig(dsn, brokers, config.Source{
+		Name: "ops", Table: "public.outbox", Preset: "status",
+		// Polls are 10 s apart: only NOTIFY can deliver a row quickly.
+		Poll: config.Poll{Min: config.Duration(10 * time.Second), Max: config.Duration(10 * time.Second)},
+	})
+	cfg.Admin.Listen = "127.0.0.1:0"
+	a, stop := runApp(t, cfg, app.WithStatsInterval(100*time.Millisecond))
+	waitFor(t, 10*time.Second, "the admin server", func() (bool, string) { return a.AdminAddr() != "", "" })
+	base := "http://" + a.AdminAddr()
+
+	// Let the first (empty) claim happen, so the worker sleeps on its poll.
+	waitFor(t, 10*time.Second, "the source to be ready", func() (bool, string) {
+		code, body := httpGet(t, base+"/readyz")
+		return code == 200, body
+	})
+	time.Sleep(300 * time.Millisecond)
+	var trig int
+	_ = pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_relay_notify'").Scan(&trig)
+	if trig != 1 {
+		t.Fatalf("wake-up trigger not installed")
+	}
+	insert := func(topic string, n int) {
+		for i := range n {
+			pgtest.Exec(t, pool, fmt.Sprintf(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload)
+VALUES ('Op', gen_random_uuid(), 'op.done', '%s', '{"i": %d}')`, topic, i))
+		}
+	}
+	start := time.Now()
+	insert("ops", 5)
+	col.waitDistinct(t, 5, 5*time.Second)
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("rows took %s with polls 10 s apart: the NOTIFY wake-up did not work", d)
+	}
+	insert("", 1) // empty topic: dead-lettered at once
+
+	var body string
+	waitFor(t, 10*time.Second, "metrics to show the dead letter", func() (bool, string) {
+		_, body = httpGet(t, base+"/metrics")
+		return strings.Contains(body, `outbox_relay_failed_events{source="ops"} 1`) &&
+			strings.Contains(body, `outbox_relay_oldest_pending_age_seconds{source="ops"} 0`), "not yet"
+	})
+	if v := metricValue(t, body, "outbox_relay_events_published_total", `source="ops"`); v != 5 {
+		t.Errorf("published_total = %v, want 5", v)
+	}
+	if v := metricValue(t, body, "outbox_relay_events_dead_lettered_total", `source="ops"`, `reason="terminal"`); v != 1 {
+		t.Errorf("dead_lettered_total = %v, want 1", v)
+	}
+	for _, name := range []string{"outbox_relay_batch_duration_seconds_bucket", "outbox_relay_publish_duration_seconds_bucket",
+		"outbox_relay_commit_to_publish_seconds_bucket", "outbox_relay_notify_wakeups_total"} {
+		if !strings.Contains(body, name) {
+			t.Errorf("metrics lack %s", name)
+		}
+	}
+	if !regexp.MustCompile(`(?m)^outbox_relay_kafka_\w+`).MatchString(body) {
+		t.Errorf("metrics lack the Kafka client's")
+	}
+	if code, _ := httpGet(t, base+"/healthz"); code != 200 {
+		t.Errorf("healthz %d", code)
+	}
+	code, ready := httpGet(t, base+"/readyz")
+	var rb map[string]any
+	if code != 200 || json.Unmarshal([]byte(ready), &rb) != nil || !strings.Contains(ready, "source:ops") || !strings.Contains(ready, "database:main") {
+		t.Errorf("readyz %d %s", code, ready)
+	}
+	waitFor(t, 10*time.Second, "relay_state totals", func() (bool, string) {
+		var pub, dead int
+		var last time.Time
+		_ = pool.QueryRow(ctx, "SELECT total_events_published, total_events_dead_lettered, last_poll_time FROM outbox_relay.relay_state WHERE source = 'ops'").Scan(&pub, &dead, &last)
+		return pub == 5 && dead == 1 && time.Since(last) < time.Minute, fmt.Sprintf("published %d, dead %d, last poll %v", pub, dead, last)
+	})
+	var leaseOwner string
+	_ = pool.QueryRow(ctx, "SELECT owner FROM outbox_relay.leases WHERE shard = 'ops' AND expires_at > now()").Scan(&leaseOwner)
+	if leaseOwner == "" {
+		t.Error("no live lease for the running source")
+	}
+
+	// A stop returns promptly and gives the lease back.
+	stopped := time.Now()
+	stop()
+	if d := time.Since(stopped); d > 5*time.Second {
+		t.Errorf("stop took %s", d)
+	}
+	var live int
+	_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.leases WHERE expires_at > now()").Scan(&live)
+	if live != 0 {
+		t.Errorf("%d leases still live after stop", live)
+	}
+}
+
+// TestReplicasOneOwner runs two relays on one source: one relays, the other
+// stands by; when the first stops, the second takes over and relays the rest,
+// and per-key order holds through the hand-over.
+func TestReplicasOneOwner(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed000)
+	c := kafkaCluster(t, kfake.SeedTopics(4, "journey.created"))
+	brokers := c.ListenAddrs()
+	col := collect(t, brokers, "journey.created")
+	mk := func() *config.Config {
+		cfg := baseConfig(dsn, brokers, config.Source{Name: "jm", Table: "journey_matcher.outbox", Preset: "published-flag", BatchSize: 20})
+		cfg.LeaseTTL = config.Duration(time.Second)
+		return cfg
+	}
+	insert := func(from, to int) {
+		for i := from; i < to; i++ {
+			pgtest.Exec(t, pool, fmt.Sprintf(`INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id, created_at)
+VALUES ('00000000-0000-0000-0000-00000000000%d', 'j', 'journey.created', '{"seq": %d}', gen_random_uuid(), clock_timestamp())`, i%5, i))
+		}
+	}
+	_, stop1 := runApp(t, mk())
+	time.Sleep(200 * time.Millisecond)
+	_, stop2 := runApp(t, mk())
+	defer stop2()
+	insert(0, 100)
+	col.waitDistinct(t, 100, 20*time.Second)
+	var owners int
+	_ = pool.QueryRow(ctx, "SELECT count(DISTINCT owner) FROM outbox_relay.leases WHERE shard = 'jm'").Scan(&owners)
+	if owners != 1 {
+		t.Fatalf("%d owners of one source", owners)
+	}
+	var term1 int64
+	_ = pool.QueryRow(ctx, "SELECT term FROM outbox_relay.leases WHERE shard = 'jm'").Scan(&term1)
+	stop1()
+	insert(100, 200)
+	col.waitDistinct(t, 200, 20*time.Second)
+	var term2 int64
+	_ = pool.QueryRow(ctx, "SELECT term FROM outbox_relay.leases WHERE shard = 'jm'").Scan(&term2)
+	if term2 <= term1 {
+		t.Fatalf("lease term %d after the hand-over, was %d", term2, term1)
+	}
+	last := map[string]int{}
+	seen := map[int]bool{}
+	for _, r := range col.records() {
+		var p struct{ Seq int }
+		_ = json.Unmarshal(r.Value, &p)
+		if seen[p.Seq] {
+			continue
+		}
+		seen[p.Seq] = true
+		if prev, ok := last[string(r.Key)]; ok && prev > p.Seq {
+			t.Fatalf("key %s: %d after %d", r.Key, p.Seq, prev)
+		}
+		last[string(r.Key)] = p.Seq
+	}
+}

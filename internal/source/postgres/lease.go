@@ -1,0 +1,121 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Lease is a shard held by this process: the term grows with every change of
+// owner, so a previous owner can be told apart (and fenced) after a
+// hand-over.
+type Lease struct {
+	Shard         string
+	Owner         string
+	Term          int64
+	PreviousOwner string // who held it before, when it changed hands
+}
+
+// Leases grants shards to one owner at a time through the relay schema's
+// leases table. Acquire takes a free or expired shard (or renews one this
+// owner holds); Renew extends it; Release gives it up at once.
+type Leases struct {
+	pool   *pgxpool.Pool
+	schema string
+	owner  string
+}
+
+// NewLeases returns the lease table of relaySchema for owner.
+func NewLeases(pool *pgxpool.Pool, relaySchema, owner string) *Leases {
+	return &Leases{pool: pool, schema: QuoteIdent(relaySchema), owner: owner}
+}
+
+// Acquire takes shard for ttl. It returns nil (and no error) while another
+// owner holds an unexpired lease on it.
+func (l *Leases) Acquire(ctx context.Context, shard string, ttl time.Duration) (*Lease, error) {
+	var (
+		term int64
+		prev *string
+	)
+	err := l.pool.QueryRow(ctx, `WITH prev AS (SELECT owner FROM `+l.schema+`.leases WHERE shard = $1)
+INSERT INTO `+l.schema+`.leases AS t (shard, owner, term, expires_at)
+VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')
+ON CONFLICT (shard) DO UPDATE SET
+  owner = excluded.owner,
+  term = t.term + CASE WHEN t.owner = excluded.owner THEN 0 ELSE 1 END,
+  acquired_at = CASE WHEN t.owner = excluded.owner THEN t.acquired_at ELSE now() END,
+  expires_at = excluded.expires_at
+WHERE t.owner = excluded.owner OR t.expires_at < now()
+RETURNING term, (SELECT owner FROM prev)`, shard, l.owner, ttl.Milliseconds()).Scan(&term, &prev)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("acquire lease on %s: %w", shard, err)
+	}
+	ls := &Lease{Shard: shard, Owner: l.owner, Term: term}
+	if prev != nil && *prev != l.owner {
+		ls.PreviousOwner = *prev
+	}
+	return ls, nil
+}
+
+// Renew extends a lease this owner still holds with the same term; false
+// means it was lost.
+func (l *Leases) Renew(ctx context.Context, ls *Lease, ttl time.Duration) (bool, error) {
+	tag, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET expires_at = now() + $4 * interval '1 millisecond'
+WHERE shard = $1 AND owner = $2 AND term = $3 AND expires_at >= now()`, ls.Shard, ls.Owner, ls.Term, ttl.Milliseconds())
+	if err != nil {
+		return false, fmt.Errorf("renew lease on %s: %w", ls.Shard, err)
+	}
+	return tag.RowsAffected() == 1, nil
+}
+
+// Release ends a lease now so that another replica can take the shard
+// without waiting for it to expire.
+func (l *Leases) Release(ctx context.Context, ls *Lease) error {
+	_, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET expires_at = now() - interval '1 millisecond'
+WHERE shard = $1 AND owner = $2 AND term = $3`, ls.Shard, ls.Owner, ls.Term)
+	if err != nil {
+		return fmt.Errorf("release lease on %s: %w", ls.Shard, err)
+	}
+	return nil
+}
+
+// ApplicationName is the application_name a relay process's connections
+// carry, so that a new owner can see whether the previous one still has
+// transactions open.
+func ApplicationName(owner string) string {
+	n := "outbox-relay " + owner
+	if len(n) > 63 {
+		n = n[:63]
+	}
+	return n
+}
+
+// WaitForOwner waits until no connection of owner has a transaction open
+// (its claims are then committed or rolled back), or until ctx ends. It is
+// what keeps a stalled previous owner's batches from overlapping with the
+// new owner's after a hand-over.
+func (l *Leases) WaitForOwner(ctx context.Context, owner string) error {
+	for {
+		var open int
+		err := l.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+WHERE application_name = $1 AND xact_start IS NOT NULL AND pid <> pg_backend_pid()`, ApplicationName(owner)).Scan(&open)
+		if err != nil {
+			return fmt.Errorf("look for the previous owner's transactions: %w", err)
+		}
+		if open == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
