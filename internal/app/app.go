@@ -40,7 +40,7 @@ type App struct {
 	mu        sync.Mutex
 	adminAddr string
 	sinks     map[string]sink.Publisher
-	running map[string]*runningSource
+	running   map[string]*runningSource
 }
 
 // Option adjusts an App.

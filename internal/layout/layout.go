@@ -203,9 +203,9 @@ func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Col
 		}
 		out.Status = c.Name
 		out.Pending, out.Published, out.Failed = l.State.Pending, l.State.Published, l.State.Failed
-		for field, v := range map[string]string{"state.pending": out.Pending, "state.published": out.Published, "state.failed": out.Failed} {
-			if v == "" {
-				return nil, &FieldError{field, "required for mode status"}
+		for _, f := range [][2]string{{"state.pending", out.Pending}, {"state.published", out.Published}, {"state.failed", out.Failed}} {
+			if f[1] == "" {
+				return nil, &FieldError{f[0], "required for mode status"}
 			}
 		}
 	case "delete":

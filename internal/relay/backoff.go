@@ -16,7 +16,14 @@ type Backoff struct {
 // not retry together.
 func (b Backoff) Delay(attempts int) time.Duration {
 	d := b.Initial
+	if d <= 0 {
+		return 0
+	}
 	for i := 1; i < attempts && d < b.Max; i++ {
+		if d > b.Max/2 {
+			d = b.Max
+			break
+		}
 		d *= 2
 	}
 	d = min(d, b.Max)

@@ -6,11 +6,6 @@ import (
 	"time"
 )
 
-// Known bug, reported rather than fixed here: with a Max above
-// math.MaxInt64/2 the doubling overflows, so Delay returns 0 or a negative
-// duration instead of about Max.
-const bugBackoffOverflowsNearMaxInt64 = true
-
 // sampleDelay draws n delays and returns the smallest and largest.
 func sampleDelay(b Backoff, attempts, n int) (lo, hi time.Duration) {
 	lo, hi = time.Duration(math.MaxInt64), time.Duration(math.MinInt64)
@@ -110,9 +105,6 @@ func TestBackoffDelayHugeAttemptsNoOverflow(t *testing.T) {
 }
 
 func TestBackoffDelayMaxNearMaxInt64(t *testing.T) {
-	if bugBackoffOverflowsNearMaxInt64 {
-		t.Skip("known bug: Delay overflows when Max > math.MaxInt64/2 (see report)")
-	}
 	for _, b := range []Backoff{
 		{Initial: time.Nanosecond, Max: time.Duration(math.MaxInt64)},
 		{Initial: 3 * time.Second, Max: time.Duration(math.MaxInt64)},

@@ -212,7 +212,16 @@ func (w *Worker) send(ctx context.Context, f *inflight, idx []int, msgs []*sink.
 // decide turns results into the batch's outcome, walking rows in order so
 // that a key's first failure defers the rest of that key.
 func (w *Worker) decide(f *inflight, msgs []*sink.Message, errs []error, state []int8) {
-	failedKey := map[string]bool{}
+	// failedKey records a key's first failure in this batch: a later row of
+	// the key that failed too did so because of it (the sink fails or holds
+	// back the rest of the key) and is deferred, not charged an attempt. A
+	// later row delivered after a retryable failure is a violation; after a
+	// terminal one it is not, as the failed row will never be published.
+	const (
+		failedTerminal = 1
+		failedRetry    = 2
+	)
+	failedKey := map[string]int8{}
 	for i := range f.rows {
 		r := &f.rows[i]
 		if state[i] == stateDeferred {
@@ -221,40 +230,43 @@ func (w *Worker) decide(f *inflight, msgs []*sink.Message, errs []error, state [
 		}
 		err := errs[i]
 		if msgs[i] == nil { // could not be built: terminal
-			f.outcome.Dead = append(f.outcome.Dead, source.Dead{Index: i, Attempts: r.Attempts + 1,
-				Reason: err.Error(), PayloadIsJSON: isJSON(r.Payload)})
+			f.outcome.Dead = append(f.outcome.Dead, deadLetter(i, r, r.Attempts+1, err.Error(), false))
 			continue
 		}
-		if w.o.Ordering && failedKey[r.OrderKey] {
+		if prior := failedKey[r.OrderKey]; w.o.Ordering && prior != 0 {
 			if err != nil {
-				// Failed because an earlier row of its key did: not its own
-				// attempt.
 				f.deferred = append(f.deferred, i)
 				continue
 			}
-			f.violation++
+			if prior == failedRetry {
+				f.violation++
+			}
 		}
 		switch {
 		case err == nil:
 			f.outcome.Published = append(f.outcome.Published, i)
 		case sink.IsTerminal(err):
-			f.outcome.Dead = append(f.outcome.Dead, source.Dead{Index: i, Attempts: r.Attempts + 1,
-				Reason: err.Error(), PayloadIsJSON: isJSON(r.Payload)})
+			failedKey[r.OrderKey] = failedTerminal
+			f.outcome.Dead = append(f.outcome.Dead, deadLetter(i, r, r.Attempts+1, err.Error(), false))
 		default:
-			failedKey[r.OrderKey] = true
+			failedKey[r.OrderKey] = failedRetry
 			attempts := r.Attempts + 1
 			budget := w.o.MaxAttempts
 			if r.MaxAttempts > 0 {
 				budget = r.MaxAttempts
 			}
 			if attempts >= budget {
-				f.outcome.Dead = append(f.outcome.Dead, source.Dead{Index: i, Attempts: attempts,
-					Reason:        fmt.Sprintf("retry budget spent after %d attempts: %v", attempts, err),
-					PayloadIsJSON: isJSON(r.Payload), Exhausted: true})
+				reason := fmt.Sprintf("retry budget spent after %d attempts: %v", attempts, err)
+				f.outcome.Dead = append(f.outcome.Dead, deadLetter(i, r, attempts, reason, true))
 				continue
 			}
 			f.outcome.Retry = append(f.outcome.Retry, source.Retry{Index: i, Attempts: attempts,
 				At: time.Now().Add(w.o.Backoff.Delay(attempts)), Err: err.Error()})
 		}
 	}
+}
+
+func deadLetter(i int, r *source.Row, attempts int, reason string, exhausted bool) source.Dead {
+	return source.Dead{Index: i, Attempts: attempts, Reason: reason, Exhausted: exhausted,
+		PayloadIsJSON: isJSON(r.Payload), HeadersAreJSON: r.Headers != nil && isJSON(r.Headers)}
 }

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"strconv"
 	"unicode/utf8"
 
 	"github.com/outbox-relay/outbox-relay/internal/sink"
@@ -116,6 +118,12 @@ func parseHeaders(raw []byte) ([]sink.Header, error) {
 			out = append(out, sink.Header{Key: k, Value: append([]byte(nil), v...)})
 		}
 	}
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
+		return nil, errors.New("invalid headers: unterminated JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("invalid headers: data after the JSON object")
+	}
 	return out, nil
 }
 
@@ -128,5 +136,68 @@ func messageSize(m *sink.Message) int {
 	return n
 }
 
-// isJSON says whether a payload can be stored as JSON in the dead-letter table.
-func isJSON(p []byte) bool { return utf8.Valid(p) && json.Valid(p) }
+// isJSON says whether a payload can be stored as JSON (jsonb) in the
+// dead-letter table. jsonb refuses some JSON that Go accepts: the escape
+// \u0000 and unpaired UTF-16 surrogates; such payloads are kept raw.
+func isJSON(p []byte) bool {
+	return utf8.Valid(p) && json.Valid(p) && jsonbSafe(p)
+}
+
+// jsonbSafe scans the escapes of a valid JSON text for \u0000 and unpaired
+// surrogates.
+func jsonbSafe(p []byte) bool {
+	inString := false
+	pendingHigh := false // a high surrogate waits for its low half
+	for i := 0; i < len(p); i++ {
+		c := p[i]
+		if !inString {
+			if c == '"' {
+				inString = true
+			}
+			continue
+		}
+		switch c {
+		case '"':
+			if pendingHigh {
+				return false
+			}
+			inString = false
+		case '\\':
+			i++
+			if p[i] != 'u' {
+				if pendingHigh {
+					return false
+				}
+				continue
+			}
+			v, err := strconv.ParseUint(string(p[i+1:i+5]), 16, 32)
+			if err != nil {
+				return false
+			}
+			i += 4
+			switch {
+			case v == 0:
+				return false
+			case v >= 0xD800 && v <= 0xDBFF:
+				if pendingHigh {
+					return false
+				}
+				pendingHigh = true
+			case v >= 0xDC00 && v <= 0xDFFF:
+				if !pendingHigh {
+					return false
+				}
+				pendingHigh = false
+			default:
+				if pendingHigh {
+					return false
+				}
+			}
+		default:
+			if pendingHigh {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -32,7 +32,7 @@ type Options struct {
 	// Run's context is cancelled.
 	ShutdownTimeout time.Duration
 	// StatsInterval is how often relay_state and the backlog gauges are
-	// refreshed. Default 10s.
+	// refreshed. Default 15s.
 	StatsInterval time.Duration
 	Metrics       *metrics.SourceMetrics
 	Logger        *slog.Logger
@@ -70,7 +70,7 @@ func NewWorker(o Options) *Worker {
 		o.Pipeline = 1
 	}
 	if o.StatsInterval <= 0 {
-		o.StatsInterval = 10 * time.Second
+		o.StatsInterval = 15 * time.Second
 	}
 	if o.PollMin <= 0 {
 		o.PollMin = 50 * time.Millisecond
@@ -177,7 +177,7 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 			if !w.sleep(ctx, interval, w.o.Wake) {
 				return
 			}
-			interval = min(interval*2, w.o.PollMax)
+			interval = min(interval*2, w.idlePoll())
 			continue
 		}
 		interval = w.o.PollMin
@@ -196,6 +196,16 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 			}
 		}
 	}
+}
+
+// idlePoll caps the wait between empty claims. With NOTIFY wake-ups the
+// poll is only a safety net (a listener that reconnects wakes every source
+// anyway), so an idle source is polled ten times less often.
+func (w *Worker) idlePoll() time.Duration {
+	if w.o.Wake != nil {
+		return 10 * w.o.PollMax
+	}
+	return w.o.PollMax
 }
 
 // sleep waits d, or until wake fires; false when ctx ended.

@@ -52,8 +52,11 @@ type Dead struct {
 	Index    int
 	Attempts int
 	Reason   string
-	// PayloadIsJSON says whether the payload can be stored as JSON.
-	PayloadIsJSON bool
+	// PayloadIsJSON and HeadersAreJSON say whether the payload and the
+	// headers can be stored as JSON (else the payload is kept raw and the
+	// headers only in the copy of the row).
+	PayloadIsJSON  bool
+	HeadersAreJSON bool
 	// Exhausted is true when the retry budget is spent (else the failure
 	// was terminal).
 	Exhausted bool

@@ -245,7 +245,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 			if r.PartitionKey != nil {
 				pkeys[i] = strPtr(string(r.PartitionKey))
 			}
-			if r.Headers != nil {
+			if r.Headers != nil && d.HeadersAreJSON {
 				headers[i] = strPtr(string(r.Headers))
 			}
 			if r.Attempts > 0 {
