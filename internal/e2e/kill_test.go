@@ -131,7 +131,7 @@ func producerKeys(producer, keys int) []string {
 
 // produceOutbox writes rows into journey_matcher.outbox until stop is closed
 // or limit rows are committed: transactions of 1-8 rows, about one in five
-// rolled back. Each producer has its own keys, so a key's transactions
+// rolled back, about a dozen a second. Each producer has its own keys, so a key's transactions
 // commit in the order they were written.
 func produceOutbox(t *testing.T, pool *pgxpool.Pool, l *ledger, producer, keys, limit int, stop <-chan struct{}) {
 	keyIDs := producerKeys(producer, keys)
@@ -147,6 +147,13 @@ func produceOutbox(t *testing.T, pool *pgxpool.Pool, l *ledger, producer, keys, 
 		if err := writeTx(context.Background(), pool, l, producer, tx, keyIDs, 1+rand.N(8), rand.N(5) == 0); err != nil {
 			t.Error(err)
 			return
+		}
+		// A steady trickle (a few hundred rows a second in all) that the
+		// relay keeps up with; the bursts before each kill make backlog.
+		select {
+		case <-stop:
+			return
+		case <-time.After(40*time.Millisecond + rand.N(80*time.Millisecond)):
 		}
 	}
 }
@@ -167,7 +174,7 @@ func TestNoLossAcrossSIGKILL(t *testing.T) {
 		kills     = 3
 		producers = 8
 		keys      = 4     // per producer
-		limit     = 40000 // committed rows, a safety cap
+		limit     = 20000 // committed rows, a safety cap
 		topic     = "journey.created"
 		// Before each kill, a burst of burstTxs transactions of burstRows
 		// rows each, written by one more producer.
