@@ -8,7 +8,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/demo"
-	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
 func newDemo(g *globals) *cobra.Command {
@@ -28,7 +27,7 @@ order. It drops its tables when done.`,
 				o.DSN = os.Getenv("DATABASE_URL")
 			}
 			if o.DSN == "" {
-				o.DSN = pgtest.DefaultDSN
+				o.DSN = demo.DefaultDSN
 			}
 			o.Out = g.stdout
 			level := "warn"

@@ -25,6 +25,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
+// DefaultDSN is the local PostgreSQL as the Debian package sets it up.
+const DefaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
 // Options size the demo.
 type Options struct {
 	DSN       string
