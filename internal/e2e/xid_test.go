@@ -30,6 +30,13 @@ func TestXIDColumnHoldsLateCommits(t *testing.T) {
 		Name: "ev", Table: "public.events", Topic: "ev",
 		Layout: config.Layout{ID: "id", Payload: "payload", Key: "{k}", XIDColumn: "tx", State: config.State{Mode: "delete"}},
 	}))
+	// The wake-up trigger is installed at start; wait for it so that the
+	// open transaction below does not hold its creation up.
+	waitFor(t, 10*time.Second, "the wake-up trigger", func() (bool, string) {
+		var n int
+		_ = pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_relay_notify'").Scan(&n)
+		return n == 1, "not yet"
+	})
 
 	late, err := pool.Begin(ctx)
 	if err != nil {
@@ -47,7 +54,7 @@ func TestXIDColumnHoldsLateCommits(t *testing.T) {
 	if err := late.Commit(ctx); err != nil {
 		t.Fatal(err)
 	}
-	recs := col.waitDistinct(t, 2, 10*time.Second)
+	recs := col.waitDistinct(t, 2, 30*time.Second)
 	if string(recs[0].Value) != `{"row": "A"}` || string(recs[1].Value) != `{"row": "B"}` {
 		t.Fatalf("published %s then %s; want A then B", recs[0].Value, recs[1].Value)
 	}

@@ -35,12 +35,22 @@ WHERE n.nspname = $1 AND c.relname = $2 AND g.tgname = $3)`, t.Schema, t.Name, t
 // notifies the relay's channel. It needs the table's ownership (or the
 // TRIGGER privilege); without it, it returns an error wrapping
 // ErrNoPrivilege and the relay falls back to polling.
+//
+// CREATE TRIGGER takes a lock that conflicts with the application's inserts;
+// queued behind a long transaction it would hold up every insert after it.
+// So it waits one second at most and gives up (the relay polls instead).
 func InstallTrigger(ctx context.Context, pool *pgxpool.Pool, t Table, relaySchema string) error {
 	if ok, err := HasTrigger(ctx, pool, t, relaySchema); err != nil || ok {
 		return err
 	}
-	_, err := pool.Exec(ctx, fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s.notify_outbox(%s)",
-		QuoteIdent(triggerName(relaySchema)), t, QuoteIdent(relaySchema), quoteLiteral(relaySchema)))
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '1s'"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, fmt.Sprintf("CREATE TRIGGER %s AFTER INSERT ON %s FOR EACH STATEMENT EXECUTE FUNCTION %s.notify_outbox(%s)",
+			QuoteIdent(triggerName(relaySchema)), t, QuoteIdent(relaySchema), quoteLiteral(relaySchema)))
+		return err
+	})
 	if err != nil {
 		if isPrivilegeError(err) {
 			return fmt.Errorf("install notify trigger on %s: %w: %w", t, ErrNoPrivilege, err)
