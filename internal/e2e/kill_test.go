@@ -190,9 +190,12 @@ func TestNoLossAcrossSIGKILL(t *testing.T) {
 	brokers := c.ListenAddrs()
 
 	cfgPath := filepath.Join(t.TempDir(), "relay.yaml")
+	// A short lease: a restarted relay takes the source over once the
+	// killed one's lease has expired.
 	cfg := fmt.Sprintf(`log: {level: warn, format: text}
 admin: {listen: "off"}
 shutdown: {timeout: 10s}
+lease_ttl: 2s
 databases:
   main:
     dsn: %q

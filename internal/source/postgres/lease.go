@@ -35,8 +35,38 @@ func NewLeases(pool *pgxpool.Pool, relaySchema, owner string) *Leases {
 }
 
 // Acquire takes shard for ttl. It returns nil (and no error) while another
-// owner holds an unexpired lease on it.
+// owner holds an unexpired lease on it and is alive. An owner with no
+// connection left to the database (its process died) is not waited for:
+// its lease is expired at once, so a restarted relay resumes right away.
 func (l *Leases) Acquire(ctx context.Context, shard string, ttl time.Duration) (*Lease, error) {
+	ls, err := l.acquire(ctx, shard, ttl)
+	if ls != nil || err != nil {
+		return ls, err
+	}
+	var (
+		holder string
+		term   int64
+		alive  int
+	)
+	err = l.pool.QueryRow(ctx, `SELECT owner, term, (SELECT count(*) FROM pg_stat_activity WHERE application_name = `+
+		`left('outbox-relay ' || owner, 63)) FROM `+l.schema+`.leases WHERE shard = $1`, shard).Scan(&holder, &term, &alive)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("look up lease holder of %s: %w", shard, err)
+	}
+	if alive > 0 {
+		return nil, nil
+	}
+	if _, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET expires_at = now() - interval '1 millisecond'
+WHERE shard = $1 AND owner = $2 AND term = $3`, shard, holder, term); err != nil {
+		return nil, fmt.Errorf("expire the lease of a gone owner on %s: %w", shard, err)
+	}
+	return l.acquire(ctx, shard, ttl)
+}
+
+func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration) (*Lease, error) {
 	var (
 		term int64
 		prev *string
@@ -87,8 +117,8 @@ WHERE shard = $1 AND owner = $2 AND term = $3`, ls.Shard, ls.Owner, ls.Term)
 }
 
 // ApplicationName is the application_name a relay process's connections
-// carry, so that a new owner can see whether the previous one still has
-// transactions open.
+// carry, so that a new owner can see whether the previous one is alive and
+// still has transactions open. Acquire computes the same name in SQL.
 func ApplicationName(owner string) string {
 	n := "outbox-relay " + owner
 	if len(n) > 63 {
@@ -104,8 +134,10 @@ func ApplicationName(owner string) string {
 func (l *Leases) WaitForOwner(ctx context.Context, owner string) error {
 	for {
 		var open int
+		// Another role's sessions show no transaction state: count them as
+		// possibly in a transaction (the wait is bounded by the caller).
 		err := l.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE application_name = $1 AND xact_start IS NOT NULL AND pid <> pg_backend_pid()`, ApplicationName(owner)).Scan(&open)
+WHERE application_name = $1 AND (xact_start IS NOT NULL OR state IS NULL) AND pid <> pg_backend_pid()`, ApplicationName(owner)).Scan(&open)
 		if err != nil {
 			return fmt.Errorf("look for the previous owner's transactions: %w", err)
 		}

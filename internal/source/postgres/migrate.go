@@ -3,10 +3,12 @@ package postgres
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"io/fs"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
@@ -70,8 +72,12 @@ func (m *Migrator) Up(ctx context.Context) error {
 		return fmt.Errorf("look up schema %s: %w", m.schema, err)
 	}
 	if !exists {
+		// Replicas starting together race here: a concurrent creation fails
+		// with a unique violation, which is as good as success.
 		if _, err := m.db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+QuoteIdent(m.schema)); err != nil {
-			return fmt.Errorf("create schema %s: %w", m.schema, err)
+			if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || (pgErr.Code != "23505" && pgErr.Code != "42P06") {
+				return fmt.Errorf("create schema %s: %w", m.schema, err)
+			}
 		}
 	}
 	if _, err := m.prov.Up(ctx); err != nil {
