@@ -114,7 +114,12 @@ CREATE INDEX ON %[1]s.outbox (created_at) WHERE published = false;`, schema))
 	relayCtx, stopRelay := context.WithCancel(ctx)
 	relayDone := make(chan error, 1)
 	go func() { relayDone <- relayApp.Run(relayCtx) }()
-	defer func() { stopRelay(); <-relayDone }()
+	defer func() {
+		stopRelay()
+		if err := <-relayDone; err != nil {
+			fmt.Fprintln(out, "relay stopped with:", err)
+		}
+	}()
 
 	cons := newConsumer(brokers, topics)
 	defer cons.close()

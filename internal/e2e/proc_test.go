@@ -129,7 +129,11 @@ func (p *relayProcess) wait(t *testing.T, timeout time.Duration) syscall.WaitSta
 	case <-time.After(timeout):
 		t.Fatalf("relay process %d still running after %s", p.cmd.Process.Pid, timeout)
 	}
-	return p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	if !ok {
+		t.Fatalf("no wait status for relay process %d", p.cmd.Process.Pid)
+	}
+	return ws
 }
 
 // kill sends SIGKILL and checks that the process died of it.

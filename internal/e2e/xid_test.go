@@ -42,7 +42,7 @@ func TestXIDColumnHoldsLateCommits(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer late.Rollback(ctx)
+	defer func() { _ = late.Rollback(ctx) }()
 	if _, err := late.Exec(ctx, `INSERT INTO events (k, payload) VALUES ('K', '{"row": "A"}')`); err != nil {
 		t.Fatal(err)
 	}

@@ -344,7 +344,11 @@ func refHeaders(raw []byte) ([]refHeader, bool) {
 		if err := dec.Decode(&v); err != nil {
 			return nil, false
 		}
-		out = append(out, refHeader{kt.(string), v})
+		k, ok := kt.(string)
+		if !ok {
+			return nil, false
+		}
+		out = append(out, refHeader{k, v})
 	}
 	if tok, err := dec.Token(); err != nil || tok != json.Delim('}') {
 		return nil, false

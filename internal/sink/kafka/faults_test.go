@@ -119,7 +119,11 @@ func TestPublishIsolatesBadRecord(t *testing.T) {
 		Keys: []kmsg.Key{kmsg.Produce}, Topic: "t", Partitions: []int32{2},
 		Err: kerr.InvalidRecord, Count: -1,
 		When: func(req kmsg.Request) bool {
-			for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			pr, ok := req.(*kmsg.ProduceRequest)
+			if !ok {
+				return false
+			}
+			for _, tp := range pr.Topics {
 				for _, pp := range tp.Partitions {
 					if pp.Partition == 2 && bytes.Contains(pp.Records, poison) {
 						return true
