@@ -59,11 +59,10 @@ func (w *Worker) fenced(k string, seq uint64) bool {
 	return ok && v >= seq
 }
 
+// Row states while a batch is published: sent (or waiting), or deferred
+// (left pending untouched).
 const (
-	stateNone = iota
-	statePublished
-	stateRetry
-	stateDead
+	stateNone int8 = iota
 	stateDeferred
 )
 
