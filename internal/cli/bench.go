@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"log/slog"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/outbox-relay/outbox-relay/internal/bench"
+	"github.com/outbox-relay/outbox-relay/internal/demo"
+)
+
+func newBench(g *globals) *cobra.Command {
+	o := bench.Options{}
+	var layout, ordering, jsonPath string
+	cmd := &cobra.Command{
+		Use:   "bench [drain]",
+		Short: "Measure the relay against the database's own ceiling, in the same run",
+		Long: `bench creates its own schema in the PostgreSQL at --dsn (default $DATABASE_URL,
+else the local server), prefills it with COPY, measures the ceiling (the
+relay's own claim and acknowledge statements in a loop, no broker) and then
+the relay publishing to Kafka (an in-process broker unless --brokers), and
+reports events/s, the ratio relay/ceiling, CPU, WAL and transactions per
+event. The schema is dropped afterwards.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Workload = "drain"
+			if len(args) == 1 {
+				o.Workload = args[0]
+			}
+			if o.DSN == "" {
+				o.DSN = os.Getenv("DATABASE_URL")
+			}
+			if o.DSN == "" {
+				o.DSN = demo.DefaultDSN
+			}
+			o.Layouts = []string{layout}
+			if layout == "both" {
+				o.Layouts = []string{"delete", "mark"}
+			}
+			switch ordering {
+			case "on":
+				o.Orderings = []bool{true}
+			case "off":
+				o.Orderings = []bool{false}
+			default:
+				o.Orderings = []bool{true, false}
+			}
+			o.Out, o.Progress = g.stdout, g.stderr
+			o.Logger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			rs, err := bench.Run(cmd.Context(), o)
+			bench.Print(g.stdout, rs)
+			if err != nil {
+				return err
+			}
+			if jsonPath != "" {
+				return bench.WriteJSON(jsonPath, rs)
+			}
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.DSN, "dsn", "", "PostgreSQL DSN (default $DATABASE_URL, else the local server)")
+	f.IntVar(&o.Rows, "rows", 1_000_000, "rows to prefill")
+	f.IntVar(&o.Keys, "keys", 10_000, "distinct keys")
+	f.IntVar(&o.PayloadBytes, "payload-bytes", 200, "payload size")
+	f.IntVar(&o.BatchSize, "batch-size", 1000, "claim batch size")
+	f.IntVar(&o.Pipeline, "pipeline", 3, "batches in flight")
+	f.IntVar(&o.Partitions, "partitions", 12, "partitions of the benchmark topic (in-process broker)")
+	f.StringSliceVar(&o.Brokers, "brokers", nil, "a real Kafka cluster (topic \"bench\" must exist)")
+	f.StringVar(&layout, "layout", "both", "delete, mark or both")
+	f.StringVar(&ordering, "ordering", "both", "on, off or both")
+	f.StringVar(&jsonPath, "json", "", "also write the results as JSON to this file")
+	return cmd
+}
