@@ -36,11 +36,14 @@ type Options struct {
 	Pipeline     int
 	Layouts      []string // delete, mark
 	Orderings    []bool
-	Brokers      []string // empty: an in-process broker
-	Partitions   int
-	Out          io.Writer // the table
-	Progress     io.Writer // progress lines
-	Logger       *slog.Logger
+	Brokers      []string // empty: the in-memory broker, in a child process
+	// InProcessBroker runs the in-memory broker inside this process instead
+	// (its CPU and memory then count as the relay's).
+	InProcessBroker bool
+	Partitions      int
+	Out             io.Writer // the table
+	Progress        io.Writer // progress lines
+	Logger          *slog.Logger
 }
 
 // Measure is one side of a comparison.
@@ -48,8 +51,9 @@ type Measure struct {
 	Events           int     `json:"events"`
 	Seconds          float64 `json:"seconds"`
 	EventsPerSec     float64 `json:"events_per_sec"`
-	CPUMsPer1k       float64 `json:"process_cpu_ms_per_1k_events"`
+	CPUMsPer1k       float64 `json:"relay_cpu_ms_per_1k_events"`
 	PostgresCPUMs1k  float64 `json:"postgres_cpu_ms_per_1k_events"`
+	BrokerCPUMs1k    float64 `json:"broker_cpu_ms_per_1k_events"`
 	WALBytesPerEvent float64 `json:"wal_bytes_per_event"`
 	XactsPerEvent    float64 `json:"transactions_per_event"`
 	DeadTuplesAfter  int64   `json:"dead_tuples_after"`
@@ -67,7 +71,8 @@ type Result struct {
 	Ceiling      Measure `json:"ceiling"`
 	Relay        Measure `json:"relay"`
 	Ratio        float64 `json:"ratio"`
-	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	PeakRSSBytes int64   `json:"relay_peak_rss_bytes"`
+	BrokerRSS    int64   `json:"broker_peak_rss_bytes"`
 }
 
 // Run executes the benchmark and returns one result per layout and ordering.
@@ -84,18 +89,27 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		return nil, fmt.Errorf("connect to %s: %w", o.DSN, err)
 	}
 	brokers := o.Brokers
-	if len(brokers) == 0 {
+	var br *broker
+	switch {
+	case len(brokers) > 0:
+	case o.InProcessBroker:
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.Partitions), topic))
 		if err != nil {
 			return nil, fmt.Errorf("start in-process Kafka: %w", err)
 		}
 		defer c.Close()
 		brokers = c.ListenAddrs()
+	default:
+		if br, err = startBroker(o.Partitions); err != nil {
+			return nil, err
+		}
+		defer br.stop()
+		brokers = []string{br.addr}
 	}
 	var out []Result
 	for _, layout := range o.Layouts {
 		for _, ordering := range o.Orderings {
-			r, err := drain(ctx, pool, o, brokers, layout, ordering)
+			r, err := drain(ctx, pool, o, brokers, br, layout, ordering)
 			if err != nil {
 				return out, err
 			}
@@ -110,15 +124,15 @@ func newSchema() string { return fmt.Sprintf("outbox_bench_%06x", rand.N(1<<24))
 // Print writes results as a table a person can read.
 func Print(w io.Writer, rs []Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tlayout\tordering\trows\tceiling ev/s\trelay ev/s\tratio\trelay CPU ms/1k\tpg CPU ms/1k\tWAL B/ev\txacts/ev\tdead tuples\tpeak RSS MB\t")
+	fmt.Fprintln(tw, "workload\tlayout\tordering\trows\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\tpg CPU µs/ev\tbroker CPU µs/ev\tWAL B/ev\txacts/ev\tdead tuples\trelay RSS MB\t")
 	for _, r := range rs {
 		ord := "off"
 		if r.Ordering {
 			ord = "on"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.0f\t%.4f\t%d\t%.0f\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%d\t%.0f\t\n",
 			r.Workload, r.Layout, ord, r.Rows, r.Ceiling.EventsPerSec, r.Relay.EventsPerSec, r.Ratio,
-			r.Relay.CPUMsPer1k, r.Relay.PostgresCPUMs1k, r.Relay.WALBytesPerEvent, r.Relay.XactsPerEvent,
+			r.Relay.CPUMsPer1k, r.Relay.PostgresCPUMs1k, r.Relay.BrokerCPUMs1k, r.Relay.WALBytesPerEvent, r.Relay.XactsPerEvent,
 			r.Relay.DeadTuplesAfter, float64(r.PeakRSSBytes)/(1<<20))
 	}
 	_ = tw.Flush()

@@ -14,7 +14,7 @@ import (
 )
 
 // drain measures the ceiling and the relay on a prefilled backlog.
-func drain(ctx context.Context, pool *pgxpool.Pool, o Options, brokers []string, layout string, ordering bool) (Result, error) {
+func drain(ctx context.Context, pool *pgxpool.Pool, o Options, brokers []string, br *broker, layout string, ordering bool) (Result, error) {
 	t := table{schema: newSchema(), layout: layout}
 	res := Result{Workload: "drain", Layout: layout, Ordering: ordering, Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if err := t.create(ctx, pool); err != nil {
@@ -33,7 +33,9 @@ func drain(ctx context.Context, pool *pgxpool.Pool, o Options, brokers []string,
 	if err := cfg.Validate(); err != nil {
 		return res, err
 	}
-	defer func() { _, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+cfg.RelaySchema+" CASCADE") }()
+	defer func() {
+		_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+cfg.RelaySchema+" CASCADE")
+	}()
 	a, err := app.Open(ctx, cfg, o.Logger)
 	if err != nil {
 		return res, err
@@ -51,7 +53,7 @@ func drain(ctx context.Context, pool *pgxpool.Pool, o Options, brokers []string,
 	if err != nil {
 		return res, err
 	}
-	res.Ceiling, err = measure(ctx, pool, t, func() (int, error) { return ceiling(ctx, srcs[0].Store, o, layout) })
+	res.Ceiling, err = measure(ctx, pool, t, nil, func() (int, error) { return ceiling(ctx, srcs[0].Store, o, layout) })
 	if err != nil {
 		return res, fmt.Errorf("ceiling: %w", err)
 	}
@@ -62,29 +64,38 @@ func drain(ctx context.Context, pool *pgxpool.Pool, o Options, brokers []string,
 	if err := t.fill(ctx, pool, o.Rows, o.Keys, o.PayloadBytes); err != nil {
 		return res, err
 	}
-	res.Relay, err = measure(ctx, pool, t, func() (int, error) { return relay(ctx, a, o, layout) })
+	res.Relay, err = measure(ctx, pool, t, br, func() (int, error) { return relay(ctx, a, o, layout) })
 	if err != nil {
 		return res, fmt.Errorf("relay: %w", err)
 	}
 	res.Ratio = res.Relay.EventsPerSec / res.Ceiling.EventsPerSec
 	res.PeakRSSBytes = peakRSS()
+	if br != nil {
+		res.BrokerRSS = br.rss()
+	}
 	progress(o, "%s ordering=%v: relay %.0f events/s, ratio %.2f", layout, ordering, res.Relay.EventsPerSec, res.Ratio)
 	return res, nil
 }
 
 // measure runs fn and reads the machine's counters around it.
-func measure(ctx context.Context, pool *pgxpool.Pool, t table, fn func() (int, error)) (Measure, error) {
+func measure(ctx context.Context, pool *pgxpool.Pool, t table, br *broker, fn func() (int, error)) (Measure, error) {
 	before, err := readCounters(ctx, pool)
 	if err != nil {
 		return Measure{}, err
 	}
-	cpu0, pg0, start := selfCPU(), postgresCPU(), time.Now()
+	brokerCPU := func() time.Duration {
+		if br == nil {
+			return 0
+		}
+		return br.cpu()
+	}
+	cpu0, pg0, br0, start := selfCPU(), postgresCPU(), brokerCPU(), time.Now()
 	n, err := fn()
 	if err != nil {
 		return Measure{}, err
 	}
 	elapsed := time.Since(start)
-	cpu, pg := selfCPU()-cpu0, postgresCPU()-pg0
+	cpu, pg, brc := selfCPU()-cpu0, postgresCPU()-pg0, brokerCPU()-br0
 	after, err := readCounters(ctx, pool)
 	if err != nil {
 		return Measure{}, err
@@ -94,6 +105,7 @@ func measure(ctx context.Context, pool *pgxpool.Pool, t table, fn func() (int, e
 		Events: n, Seconds: elapsed.Seconds(), EventsPerSec: float64(n) / elapsed.Seconds(),
 		CPUMsPer1k:       float64(cpu.Milliseconds()) / ev * 1000,
 		PostgresCPUMs1k:  float64(pg.Milliseconds()) / ev * 1000,
+		BrokerCPUMs1k:    float64(brc.Milliseconds()) / ev * 1000,
 		WALBytesPerEvent: float64(walBytes(ctx, pool, before, after)) / ev,
 		XactsPerEvent:    float64(after.xacts-before.xacts) / ev,
 		DeadTuplesAfter:  deadTuples(ctx, pool, t.schema),
@@ -146,7 +158,7 @@ func relay(ctx context.Context, a *app.App, o Options, layout string) (int, erro
 			return n, fmt.Errorf("relay stopped early: %v", err)
 		case <-ctx.Done():
 			return n, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
+		case <-time.After(20 * time.Millisecond):
 		}
 		if time.Since(last) > time.Second {
 			progress(o, "  relay: %d/%d", n, o.Rows)

@@ -29,6 +29,22 @@ func peakRSS() int64 {
 	return ru.Maxrss * 1024
 }
 
+// procCPU is one process's user+system CPU time from /proc.
+func procCPU(pid int) time.Duration {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(stat)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:])
+	if len(f) < 13 {
+		return 0
+	}
+	u, _ := strconv.ParseInt(f[11], 10, 64)
+	sy, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(u+sy) * time.Second / clockTicks
+}
+
 // postgresCPU sums the CPU time of every process named postgres on this
 // machine (the server and its backends), when /proc shows them. It counts
 // the children's times too: a backend that exits hands its CPU time to the

@@ -3,6 +3,7 @@ package cli
 import (
 	"log/slog"
 	"os"
+	"runtime/pprof"
 
 	"github.com/spf13/cobra"
 
@@ -12,7 +13,7 @@ import (
 
 func newBench(g *globals) *cobra.Command {
 	o := bench.Options{}
-	var layout, ordering, jsonPath string
+	var layout, ordering, jsonPath, cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bench [drain]",
 		Short: "Measure the relay against the database's own ceiling, in the same run",
@@ -48,6 +49,17 @@ event. The schema is dropped afterwards.`,
 			}
 			o.Out, o.Progress = g.stdout, g.stderr
 			o.Logger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
 			rs, err := bench.Run(cmd.Context(), o)
 			bench.Print(g.stdout, rs)
 			if err != nil {
@@ -71,5 +83,7 @@ event. The schema is dropped afterwards.`,
 	f.StringVar(&layout, "layout", "both", "delete, mark or both")
 	f.StringVar(&ordering, "ordering", "both", "on, off or both")
 	f.StringVar(&jsonPath, "json", "", "also write the results as JSON to this file")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run (pprof) to this file")
+	f.BoolVar(&o.InProcessBroker, "in-process-broker", false, "run the in-memory broker inside this process")
 	return cmd
 }

@@ -48,7 +48,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "relay.yaml", "configuration file")
-	root.AddCommand(newRun(g), newMigrate(g), newCheck(g), newDLQ(g), newDemo(g), newBench(g))
+	root.AddCommand(newRun(g), newMigrate(g), newCheck(g), newDLQ(g), newDemo(g), newBench(g), newFakeKafka(g))
 	return root
 }
 
