@@ -25,7 +25,8 @@ type Layout struct {
 	ID      Column
 	Payload Column
 	// PayloadJSON asks for the payload to be validated as JSON; a row that
-	// is not goes to the dead-letter table.
+	// is not goes to the dead-letter table. Off for json and jsonb columns,
+	// which hold nothing else.
 	PayloadJSON bool
 
 	Topic, Key, PartitionKey config.Template
@@ -149,6 +150,9 @@ func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Col
 	}
 	if out.Payload, err = need("payload", l.Payload); err != nil {
 		return nil, err
+	}
+	if t := out.Payload.Type; t == "jsonb" || t == "json" {
+		out.PayloadJSON = false // the database only stores valid JSON there
 	}
 	for _, f := range []struct {
 		field string

@@ -32,7 +32,7 @@ func migrated(t *testing.T) (string, *pgxpool.Pool) {
 	return dsn, pool
 }
 
-func newStore(t *testing.T, pool *pgxpool.Pool, name string, tbl postgres.Table, preset string, over config.Layout, ordering bool) (*postgres.Store, *layout.Layout) {
+func newStore(t testing.TB, pool *pgxpool.Pool, name string, tbl postgres.Table, preset string, over config.Layout, ordering bool) (*postgres.Store, *layout.Layout) {
 	t.Helper()
 	merged, explicit, err := layout.Merge(preset, over, "")
 	if err != nil {
