@@ -15,10 +15,12 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"os"
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
@@ -28,7 +30,7 @@ const topic = "bench"
 // Options describe a benchmark run.
 type Options struct {
 	DSN          string
-	Workload     string // drain
+	Workload     string // drain, steady, sparse
 	Rows         int
 	Keys         int
 	PayloadBytes int
@@ -41,9 +43,13 @@ type Options struct {
 	// (its CPU and memory then count as the relay's).
 	InProcessBroker bool
 	Partitions      int
-	Out             io.Writer // the table
-	Progress        io.Writer // progress lines
-	Logger          *slog.Logger
+	// Rates, RowsPerTx and Duration shape the steady workload.
+	Rates     []int
+	RowsPerTx []int
+	Duration  time.Duration
+	Out       io.Writer // the table
+	Progress  io.Writer // progress lines
+	Logger    *slog.Logger
 }
 
 // Measure is one side of a comparison.
@@ -75,19 +81,34 @@ type Result struct {
 	BrokerRSS    int64   `json:"broker_peak_rss_bytes"`
 }
 
-// Run executes the benchmark and returns one result per layout and ordering.
-func Run(ctx context.Context, o Options) ([]Result, error) {
-	if o.Workload != "drain" {
-		return nil, fmt.Errorf("workload %q is not available (have: drain)", o.Workload)
+// Report is what a run measured.
+type Report struct {
+	Drain []Result     `json:"drain,omitempty"`
+	Rates []RateResult `json:"rates,omitempty"`
+}
+
+// Run executes the benchmark.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	switch o.Workload {
+	case "drain", "steady", "sparse":
+	default:
+		return nil, fmt.Errorf("unknown workload %q (have: drain, steady, sparse)", o.Workload)
 	}
-	pool, err := pgxpool.New(ctx, o.DSN)
+	dsn, dropDB, err := ownDatabase(ctx, o.DSN)
+	if err != nil {
+		return nil, err
+	}
+	defer dropDB()
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("dsn: %w", err)
+	}
+	pc.MaxConns = 40 // the load generator's producers
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	if err := pool.Ping(ctx); err != nil {
-		return nil, fmt.Errorf("connect to %s: %w", o.DSN, err)
-	}
 	brokers := o.Brokers
 	var br *broker
 	switch {
@@ -106,23 +127,96 @@ func Run(ctx context.Context, o Options) ([]Result, error) {
 		defer br.stop()
 		brokers = []string{br.addr}
 	}
-	var out []Result
+	rep := &Report{}
 	for _, layout := range o.Layouts {
-		for _, ordering := range o.Orderings {
-			r, err := drain(ctx, pool, o, brokers, br, layout, ordering)
+		if o.Workload != "drain" {
+			rs, err := steady(ctx, pool, dsn, brokers, o, layout, o.Workload)
+			rep.Rates = append(rep.Rates, rs...)
 			if err != nil {
-				return out, err
+				return rep, err
 			}
-			out = append(out, r)
+			continue
+		}
+		for _, ordering := range o.Orderings {
+			r, err := drain(ctx, pool, dsn, o, brokers, br, layout, ordering)
+			if err != nil {
+				return rep, err
+			}
+			rep.Drain = append(rep.Drain, r)
 		}
 	}
-	return out, nil
+	return rep, nil
+}
+
+// ownDatabase creates a database for the run, so that the database-wide
+// counters (transactions, idle queries) are the run's alone, and returns its
+// DSN. Without the privilege to create one, the run uses dsn's database.
+func ownDatabase(ctx context.Context, dsn string) (string, func(), error) {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return "", nil, fmt.Errorf("connect to %s: %w", dsn, err)
+	}
+	defer conn.Close(ctx)
+	name := fmt.Sprintf("outbox_bench_%06x", rand.N(1<<24))
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return dsn, func() {}, nil
+	}
+	u, err := url.Parse(dsn)
+	if err != nil || u.Scheme == "" {
+		return dsn, func() {}, nil
+	}
+	u.Path = "/" + name
+	drop := func() {
+		c, err := pgx.Connect(context.WithoutCancel(ctx), dsn)
+		if err != nil {
+			return
+		}
+		defer c.Close(context.WithoutCancel(ctx))
+		_, _ = c.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
+	return u.String(), drop, nil
 }
 
 func newSchema() string { return fmt.Sprintf("outbox_bench_%06x", rand.N(1<<24)) }
 
-// Print writes results as a table a person can read.
-func Print(w io.Writer, rs []Result) {
+// Print writes the report as tables a person can read.
+func Print(w io.Writer, rep *Report) {
+	if rep == nil {
+		return
+	}
+	if len(rep.Drain) > 0 {
+		printDrain(w, rep.Drain)
+	}
+	if len(rep.Rates) > 0 {
+		printRates(w, rep.Rates)
+	}
+}
+
+func printRates(w io.Writer, rs []RateResult) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "workload\tlayout\trate ev/s\trows/tx\tachieved ev/s\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tsustainable\tidle q/s\t")
+	for _, r := range rs {
+		idle := "-"
+		if r.Workload == "sparse" {
+			idle = fmt.Sprintf("%.2f", r.IdleQueriesPerSec)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%v\t%s\t\n", r.Workload, r.Layout, r.Rate, r.RowsPerTx,
+			r.Achieved, r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max, r.Sustainable, idle)
+	}
+	_ = tw.Flush()
+	best := map[string]int{}
+	for _, r := range rs {
+		if r.Workload == "steady" && r.Sustainable {
+			k := fmt.Sprintf("%s, %d rows/tx", r.Layout, r.RowsPerTx)
+			best[k] = max(best[k], r.Rate)
+		}
+	}
+	for k, v := range best {
+		fmt.Fprintf(w, "highest sustainable steady rate (%s): %d events/s\n", k, v)
+	}
+}
+
+func printDrain(w io.Writer, rs []Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "workload\tlayout\tordering\trows\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\tpg CPU µs/ev\tbroker CPU µs/ev\tWAL B/ev\txacts/ev\tdead tuples\trelay RSS MB\t")
 	for _, r := range rs {
@@ -138,9 +232,9 @@ func Print(w io.Writer, rs []Result) {
 	_ = tw.Flush()
 }
 
-// WriteJSON writes results to path.
-func WriteJSON(path string, rs []Result) error {
-	b, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "results": rs}, "", "  ")
+// WriteJSON writes the report to path.
+func WriteJSON(path string, rep *Report) error {
+	b, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "report": rep}, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -14,36 +14,18 @@ import (
 )
 
 // drain measures the ceiling and the relay on a prefilled backlog.
-func drain(ctx context.Context, pool *pgxpool.Pool, o Options, brokers []string, br *broker, layout string, ordering bool) (Result, error) {
+func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, brokers []string, br *broker, layout string, ordering bool) (Result, error) {
 	t := table{schema: newSchema(), layout: layout}
 	res := Result{Workload: "drain", Layout: layout, Ordering: ordering, Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if err := t.create(ctx, pool); err != nil {
 		return res, err
 	}
 	defer t.drop(context.WithoutCancel(ctx), pool)
-	cfg := &config.Config{
-		RelaySchema: t.schema + "_relay",
-		Admin:       config.Admin{Listen: "off"},
-		Log:         config.Log{Level: "warn"},
-		Databases:   map[string]config.Database{"bench": {DSN: o.DSN, MaxConns: int(o.Pipeline) + 4}},
-		Sinks:       map[string]config.Sink{"kafka": {Type: "kafka", Brokers: brokers}},
-		Sources:     []config.Source{t.source(o.BatchSize, o.Pipeline, ordering)},
-	}
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
-		return res, err
-	}
-	defer func() {
-		_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+cfg.RelaySchema+" CASCADE")
-	}()
-	a, err := app.Open(ctx, cfg, o.Logger)
+	a, cleanup, err := openRelay(ctx, pool, dsn, brokers, o, t, ordering)
 	if err != nil {
 		return res, err
 	}
-	defer a.Close()
-	if err := a.Migrate(ctx); err != nil {
-		return res, err
-	}
+	defer cleanup()
 
 	progress(o, "%s/%s ordering=%v: prefilling %d rows", layout, "drain", ordering, o.Rows)
 	if err := t.fill(ctx, pool, o.Rows, o.Keys, o.PayloadBytes); err != nil {
@@ -75,6 +57,35 @@ func drain(ctx context.Context, pool *pgxpool.Pool, o Options, brokers []string,
 	}
 	progress(o, "%s ordering=%v: relay %.0f events/s, ratio %.2f", layout, ordering, res.Relay.EventsPerSec, res.Ratio)
 	return res, nil
+}
+
+// openRelay builds (and migrates) a relay process for the benchmark table.
+func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, brokers []string, o Options, t table, ordering bool) (*app.App, func(), error) {
+	cfg := &config.Config{
+		RelaySchema: t.schema + "_relay",
+		Admin:       config.Admin{Listen: "off"},
+		Log:         config.Log{Level: "warn"},
+		Databases:   map[string]config.Database{"bench": {DSN: dsn, MaxConns: o.Pipeline + 4}},
+		Sinks:       map[string]config.Sink{"kafka": {Type: "kafka", Brokers: brokers}},
+		Sources:     []config.Source{t.source(o.BatchSize, o.Pipeline, ordering)},
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, nil, err
+	}
+	a, err := app.Open(ctx, cfg, o.Logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	cleanup := func() {
+		a.Close()
+		_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+cfg.RelaySchema+" CASCADE")
+	}
+	if err := a.Migrate(ctx); err != nil {
+		cleanup()
+		return nil, nil, err
+	}
+	return a, cleanup, nil
 }
 
 // measure runs fn and reads the machine's counters around it.

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"os"
 	"runtime/pprof"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,7 +16,7 @@ func newBench(g *globals) *cobra.Command {
 	o := bench.Options{}
 	var layout, ordering, jsonPath, cpuProfile string
 	cmd := &cobra.Command{
-		Use:   "bench [drain]",
+		Use:   "bench [drain|steady|sparse]",
 		Short: "Measure the relay against the database's own ceiling, in the same run",
 		Long: `bench creates its own schema in the PostgreSQL at --dsn (default $DATABASE_URL,
 else the local server), prefills it with COPY, measures the ceiling (the
@@ -83,6 +84,9 @@ event. The schema is dropped afterwards.`,
 	f.StringVar(&layout, "layout", "both", "delete, mark or both")
 	f.StringVar(&ordering, "ordering", "both", "on, off or both")
 	f.StringVar(&jsonPath, "json", "", "also write the results as JSON to this file")
+	f.IntSliceVar(&o.Rates, "rates", []int{1000, 2500, 5000, 10000, 20000, 40000}, "steady: rates to try, in events/s, until one is not sustainable")
+	f.IntSliceVar(&o.RowsPerTx, "rows-per-tx", []int{1, 10}, "steady: events per producer transaction")
+	f.DurationVar(&o.Duration, "duration", 10*time.Second, "steady and sparse: how long producers write at each rate")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run (pprof) to this file")
 	f.BoolVar(&o.InProcessBroker, "in-process-broker", false, "run the in-memory broker inside this process")
 	return cmd
