@@ -78,7 +78,10 @@ type Result struct {
 	Relay        Measure `json:"relay"`
 	Ratio        float64 `json:"ratio"`
 	PeakRSSBytes int64   `json:"relay_peak_rss_bytes"`
-	BrokerRSS    int64   `json:"broker_peak_rss_bytes"`
+	// OrderHeld (keys workload) says whether every key's events arrived in
+	// the order they were written.
+	OrderHeld *bool `json:"order_held,omitempty"`
+	BrokerRSS int64 `json:"broker_peak_rss_bytes"`
 }
 
 // Report is what a run measured.
@@ -90,9 +93,9 @@ type Report struct {
 // Run executes the benchmark.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	switch o.Workload {
-	case "drain", "steady", "sparse":
+	case "drain", "steady", "sparse", "keys":
 	default:
-		return nil, fmt.Errorf("unknown workload %q (have: drain, steady, sparse)", o.Workload)
+		return nil, fmt.Errorf("unknown workload %q (have: drain, steady, sparse, keys)", o.Workload)
 	}
 	dsn, dropDB, err := ownDatabase(ctx, o.DSN)
 	if err != nil {
@@ -128,6 +131,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		brokers = []string{br.addr}
 	}
 	rep := &Report{}
+	if o.Workload == "keys" {
+		for _, k := range []int{1, o.Keys} {
+			r, err := keysRun(ctx, pool, dsn, o, brokers, br, k)
+			if err != nil {
+				return rep, err
+			}
+			rep.Drain = append(rep.Drain, r)
+		}
+		return rep, nil
+	}
 	for _, layout := range o.Layouts {
 		if o.Workload != "drain" {
 			rs, err := steady(ctx, pool, dsn, brokers, o, layout, o.Workload)
@@ -218,14 +231,21 @@ func printRates(w io.Writer, rs []RateResult) {
 
 func printDrain(w io.Writer, rs []Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tlayout\tordering\trows\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\tpg CPU µs/ev\tbroker CPU µs/ev\tWAL B/ev\txacts/ev\tdead tuples\trelay RSS MB\t")
+	fmt.Fprintln(tw, "workload\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\tpg CPU µs/ev\tbroker CPU µs/ev\tWAL B/ev\txacts/ev\tdead tuples\trelay RSS MB\t")
 	for _, r := range rs {
 		ord := "off"
 		if r.Ordering {
 			ord = "on"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.0f\t%.0f\t%.2f\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%d\t%.0f\t\n",
-			r.Workload, r.Layout, ord, r.Rows, r.Ceiling.EventsPerSec, r.Relay.EventsPerSec, r.Ratio,
+		ceil, ratio := fmt.Sprintf("%.0f", r.Ceiling.EventsPerSec), fmt.Sprintf("%.2f", r.Ratio)
+		if r.Ceiling.Events == 0 {
+			ceil, ratio = "-", "-"
+		}
+		if r.OrderHeld != nil && !*r.OrderHeld {
+			ratio += " ORDER BROKEN"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%d\t%.0f\t\n",
+			r.Workload, r.Layout, ord, r.Rows, r.Keys, ceil, r.Relay.EventsPerSec, ratio,
 			r.Relay.CPUMsPer1k, r.Relay.PostgresCPUMs1k, r.Relay.BrokerCPUMs1k, r.Relay.WALBytesPerEvent, r.Relay.XactsPerEvent,
 			r.Relay.DeadTuplesAfter, float64(r.PeakRSSBytes)/(1<<20))
 	}

@@ -16,7 +16,7 @@ func newBench(g *globals) *cobra.Command {
 	o := bench.Options{}
 	var layout, ordering, jsonPath, cpuProfile string
 	cmd := &cobra.Command{
-		Use:   "bench [drain|steady|sparse]",
+		Use:   "bench [drain|steady|sparse|keys]",
 		Short: "Measure the relay against the database's own ceiling, in the same run",
 		Long: `bench creates its own schema in the PostgreSQL at --dsn (default $DATABASE_URL,
 else the local server), prefills it with COPY, measures the ceiling (the
