@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -69,8 +70,8 @@ func (t table) fill(ctx context.Context, pool *pgxpool.Pool, n, keys, payloadByt
 		if i >= n {
 			return nil, nil
 		}
-		k := fmt.Sprintf("key-%d", i%keys)
-		row := []any{k, "bench.event", fmt.Sprintf(`{"seq":%d,"key":%q,"pad":%q}`, i, k, pad)}
+		k := "key-" + strconv.Itoa(i%keys)
+		row := []any{k, "bench.event", `{"seq":` + strconv.Itoa(i) + `,"key":"` + k + `","pad":"` + pad + `"}`}
 		i++
 		return row, nil
 	})

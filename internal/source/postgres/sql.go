@@ -57,6 +57,16 @@ func templateSQL(t config.Template, alias string) string {
 	return "(" + strings.Join(parts, " || ") + ")"
 }
 
+// payloadSQL selects the payload as its bytes: JSON types as their text
+// (jsonb's binary form carries a version byte), bytea raw, text as is.
+func payloadSQL(l *layout.Layout) string {
+	c := col("o", l.Payload.Name)
+	if l.Payload.Type == "bytea" {
+		return c
+	}
+	return c + "::text"
+}
+
 func orDefault(expr string) string {
 	if expr == "" {
 		return "NULL"
@@ -104,7 +114,7 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool)
 
 	selectList := []string{
 		id + "::text",
-		col("o", l.Payload.Name),
+		payloadSQL(l),
 		templateSQL(l.Topic, "o"),
 		orDefault(templateIfSet(l.Key)),
 		orDefault(templateIfSet(l.PartitionKey)),

@@ -86,41 +86,12 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	}
 	b := &batch{store: s, tx: tx}
 	for rows.Next() {
-		var (
-			r                         source.Row
-			topic, key, pkey, headers *string
-			eventType, aggType, aggID *string
-			created                   *time.Time
-			maxRetries                *int32
-			attempts                  int32
-		)
-		if err := rows.Scan(&r.ID, &r.Payload, &topic, &key, &pkey, &r.OrderKey, &headers,
-			&eventType, &aggType, &aggID, &created, &maxRetries, &attempts); err != nil {
+		b.rows = append(b.rows, source.Row{})
+		if err := decodeRow(rows.RawValues(), rows.FieldDescriptions(), &b.rows[len(b.rows)-1]); err != nil {
 			rows.Close()
 			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("claim from %s: scan: %w", s.opts.Table, err)
+			return nil, fmt.Errorf("claim from %s: decode: %w", s.opts.Table, err)
 		}
-		if topic != nil && *topic != "" {
-			r.Topic, r.TopicOK = *topic, true
-		}
-		if key != nil {
-			r.Key = []byte(*key)
-		}
-		if pkey != nil && *pkey != "" {
-			r.PartitionKey = []byte(*pkey)
-		}
-		if headers != nil {
-			r.Headers = []byte(*headers)
-		}
-		r.EventType, r.AggregateType, r.AggregateID = deref(eventType), deref(aggType), deref(aggID)
-		if created != nil {
-			r.CreatedAt = *created
-		}
-		if maxRetries != nil {
-			r.MaxAttempts = int(*maxRetries) + 1
-		}
-		r.Attempts = int(attempts)
-		b.rows = append(b.rows, r)
 	}
 	if err := rows.Err(); err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -133,13 +104,6 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		return nil, nil
 	}
 	return b, nil
-}
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
 }
 
 // Backlog implements source.Store.
