@@ -47,9 +47,12 @@ type Options struct {
 	Rates     []int
 	RowsPerTx []int
 	Duration  time.Duration
-	Out       io.Writer // the table
-	Progress  io.Writer // progress lines
-	Logger    *slog.Logger
+	// RelayProfile, when set, receives a CPU profile of the first relay
+	// phase only (not the prefill or the ceiling).
+	RelayProfile io.Writer
+	Out          io.Writer // the table
+	Progress     io.Writer // progress lines
+	Logger       *slog.Logger
 }
 
 // Measure is one side of a comparison.

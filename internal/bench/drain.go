@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"runtime/pprof"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -46,7 +47,16 @@ func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, broke
 	if err := t.fill(ctx, pool, o.Rows, o.Keys, o.PayloadBytes); err != nil {
 		return res, err
 	}
+	if o.RelayProfile != nil {
+		if err := pprof.StartCPUProfile(o.RelayProfile); err != nil {
+			return res, err
+		}
+	}
 	res.Relay, err = measure(ctx, pool, t, br, func() (int, error) { return relay(ctx, a, o, layout) })
+	if o.RelayProfile != nil {
+		pprof.StopCPUProfile()
+		o.RelayProfile = nil // one profile per file: the first relay run
+	}
 	if err != nil {
 		return res, fmt.Errorf("relay: %w", err)
 	}

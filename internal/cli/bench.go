@@ -3,7 +3,6 @@ package cli
 import (
 	"log/slog"
 	"os"
-	"runtime/pprof"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -56,10 +55,7 @@ event. The schema is dropped afterwards.`,
 					return err
 				}
 				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
-				}
-				defer pprof.StopCPUProfile()
+				o.RelayProfile = f
 			}
 			rs, err := bench.Run(cmd.Context(), o)
 			bench.Print(g.stdout, rs)
@@ -87,7 +83,7 @@ event. The schema is dropped afterwards.`,
 	f.IntSliceVar(&o.Rates, "rates", []int{1000, 2500, 5000, 10000, 20000, 40000}, "steady: rates to try, in events/s, until one is not sustainable")
 	f.IntSliceVar(&o.RowsPerTx, "rows-per-tx", []int{1, 10}, "steady: events per producer transaction")
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "steady and sparse: how long producers write at each rate")
-	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run (pprof) to this file")
+	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the first relay phase (pprof) to this file")
 	f.BoolVar(&o.InProcessBroker, "in-process-broker", false, "run the in-memory broker inside this process")
 	return cmd
 }

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"slices"
@@ -123,22 +124,23 @@ func (w *Worker) publish(ctx context.Context, f *inflight) {
 // one segment, so most batches are one wave.
 func (w *Worker) sendInWaves(ctx context.Context, f *inflight, idx []int, msgs []*sink.Message, errs []error, state []int8) {
 	type segment struct {
-		n     int
-		route string
+		n    int
+		dest string
+		key  []byte
 	}
 	waves := make([]int, len(idx))
-	segs := map[string]*segment{}
+	segs := make(map[string]*segment, len(idx))
 	last := 0
 	for j, i := range idx {
-		route := msgs[i].Destination + "\x00" + string(routingKey(msgs[i]))
+		dest, key := msgs[i].Destination, routingKey(msgs[i])
 		k := f.rows[i].OrderKey
 		s := segs[k]
 		switch {
 		case s == nil:
-			segs[k] = &segment{route: route}
-		case s.route != route:
+			segs[k] = &segment{dest: dest, key: key}
+		case s.dest != dest || !bytes.Equal(s.key, key):
 			s.n++
-			s.route = route
+			s.dest, s.key = dest, key
 			waves[j] = s.n
 			last = max(last, s.n)
 		default:

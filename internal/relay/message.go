@@ -44,12 +44,13 @@ func buildMessage(r *source.Row, src string, validateJSON bool, maxBytes int) (*
 		PartitionKey: r.PartitionKey,
 		Payload:      r.Payload,
 	}
+	m.Headers = make([]sink.Header, 0, 5)
 	if len(r.Headers) > 0 {
 		hs, err := parseHeaders(r.Headers)
 		if err != nil {
 			return nil, sink.Terminal(err)
 		}
-		m.Headers = hs
+		m.Headers = append(hs, m.Headers...)
 	}
 	m.Headers = append(m.Headers, sink.Header{Key: HeaderEventID, Value: []byte(r.ID)})
 	add := func(k, v string) {
