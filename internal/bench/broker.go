@@ -25,6 +25,8 @@ func startBroker(partitions int) (*broker, error) {
 	}
 	cmd := exec.Command(self, "fake-kafka", "--topics", topic, "--partitions", strconv.Itoa(partitions))
 	cmd.Stderr = os.Stderr
+	// The broker keeps every message in memory: no soft limit for it.
+	cmd.Env = append(os.Environ(), "GOMEMLIMIT=off", "GOGC=100")
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, err
