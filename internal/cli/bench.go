@@ -74,7 +74,7 @@ event. The schema is dropped afterwards.`,
 	f.IntVar(&o.Keys, "keys", 10_000, "distinct keys")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 200, "payload size")
 	f.IntVar(&o.BatchSize, "batch-size", 1000, "claim batch size")
-	f.IntVar(&o.Pipeline, "pipeline", 3, "batches in flight")
+	f.IntVar(&o.Pipeline, "pipeline", 2, "batches in flight")
 	f.IntVar(&o.Partitions, "partitions", 12, "partitions of the benchmark topic (in-process broker)")
 	f.StringSliceVar(&o.Brokers, "brokers", nil, "a real Kafka cluster (topic \"bench\" must exist)")
 	f.StringVar(&layout, "layout", "both", "delete, mark or both")

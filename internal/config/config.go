@@ -90,7 +90,7 @@ type Source struct {
 	// Topic, when set, replaces the layout's topic template.
 	Topic       string  `yaml:"topic"`
 	BatchSize   int     `yaml:"batch_size"`   // default 500
-	Pipeline    int     `yaml:"pipeline"`     // batches in flight, default 3
+	Pipeline    int     `yaml:"pipeline"`     // batches in flight, default 2
 	Ordering    *bool   `yaml:"ordering"`     // per-key order, default true
 	MaxAttempts int     `yaml:"max_attempts"` // default 10
 	Backoff     Backoff `yaml:"backoff"`

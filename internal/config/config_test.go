@@ -207,7 +207,7 @@ func checkMinimal(t *testing.T, c *Config) {
 			Table:          "public.outbox",
 			Sink:           "kafka",
 			BatchSize:      500,
-			Pipeline:       3,
+			Pipeline:       2,
 			Ordering:       &yes,
 			MaxAttempts:    10,
 			Backoff:        Backoff{Initial: Duration(time.Second), Max: Duration(5 * time.Minute)},

@@ -25,7 +25,7 @@ const (
 	DefaultCompression     = "none"
 
 	DefaultBatchSize        = 500
-	DefaultPipeline         = 3
+	DefaultPipeline         = 2
 	DefaultMaxAttempts      = 10
 	DefaultBackoffInitial   = time.Second
 	DefaultBackoffMax       = 5 * time.Minute
