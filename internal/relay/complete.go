@@ -126,30 +126,16 @@ func (w *Worker) statsLoop(ctx context.Context) {
 	}
 }
 
-// flushStats measures the backlog and adds the counters to relay_state.
+// flushStats adds the counters to relay_state and refreshes the gauges.
 func (w *Worker) flushStats(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	bl, err := w.o.Store.Backlog(ctx)
-	if err != nil {
-		w.log.Warn("measure backlog", "err", err)
-		return
-	}
-	if m := w.o.Metrics; m != nil {
-		m.OldestPendingAge.Set(bl.OldestAge.Seconds())
-		m.PendingEvents.Set(float64(bl.Pending))
-		if n, err := w.o.Store.DeadLetters(ctx); err == nil {
-			m.FailedEvents.Set(float64(n))
-		} else {
-			w.log.Warn("count dead letters", "err", err)
-		}
-	}
 	w.statsMu.Lock()
 	st := w.stats
 	w.stats = source.Stats{}
 	w.statsMu.Unlock()
-	st.Backlog = bl
-	if err := w.o.Store.RecordStats(ctx, st); err != nil {
+	g, err := w.o.Store.RecordStats(ctx, st)
+	if err != nil {
 		w.log.Warn("record relay state", "err", err)
 		w.statsMu.Lock() // keep the counts for the next try
 		w.stats.Published += st.Published
@@ -159,5 +145,11 @@ func (w *Worker) flushStats(ctx context.Context) {
 			w.stats.LastPublishedID = st.LastPublishedID
 		}
 		w.statsMu.Unlock()
+		return
+	}
+	if m := w.o.Metrics; m != nil {
+		m.OldestPendingAge.Set(g.Backlog.OldestAge.Seconds())
+		m.PendingEvents.Set(float64(g.Backlog.Pending))
+		m.FailedEvents.Set(float64(g.DeadLetters))
 	}
 }

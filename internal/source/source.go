@@ -89,7 +89,13 @@ type Backlog struct {
 type Stats struct {
 	Published, Retried, DeadLettered int64
 	LastPublishedID                  string
-	Backlog                          Backlog
+}
+
+// Gauges describe a source now: what is pending, and its dead letters not
+// yet replayed.
+type Gauges struct {
+	Backlog     Backlog
+	DeadLetters int64
 }
 
 // Store claims and completes batches of one source.
@@ -97,10 +103,7 @@ type Store interface {
 	// Claim takes up to limit pending, due rows in order, skipping rows
 	// another claimer holds. It returns nil (and no error) when none are due.
 	Claim(ctx context.Context, limit int) (Batch, error)
-	// Backlog measures what is pending.
-	Backlog(ctx context.Context) (Backlog, error)
-	// DeadLetters counts the source's dead letters not yet replayed.
-	DeadLetters(ctx context.Context) (int64, error)
-	// RecordStats adds s to the relay_state row and sets last poll time.
-	RecordStats(ctx context.Context, s Stats) error
+	// RecordStats adds s to the relay_state row, sets its last poll time
+	// and backlog, and returns the source's gauges, in one statement.
+	RecordStats(ctx context.Context, s Stats) (Gauges, error)
 }

@@ -156,13 +156,3 @@ func (s *Store) Replay(ctx context.Context, events []FailedEvent, actor string) 
 	}
 	return n, nil
 }
-
-// FailedCount counts open dead letters per source.
-func FailedCount(ctx context.Context, pool *pgxpool.Pool, relaySchema, src string) (int64, error) {
-	var n int64
-	err := pool.QueryRow(ctx, "SELECT count(*) FROM "+QuoteIdent(relaySchema)+".failed_events WHERE source = $1 AND replayed_at IS NULL", src).Scan(&n)
-	if err != nil {
-		return 0, fmt.Errorf("count dead letters: %w", err)
-	}
-	return n, nil
-}

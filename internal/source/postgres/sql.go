@@ -28,6 +28,7 @@ type statements struct {
 	clearRetry    string // $1 source, $2 ids
 	insertDead    string
 	backlog       string
+	stats         string // $1 source, $2 schema, $3 table, $4 last id, $5-$7 counts
 	pendingValues string // SET list that puts a row back in the pending set
 }
 
@@ -202,11 +203,24 @@ FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text
 JOIN ` + table + ` o ON ` + id + ` = u.id::` + l.ID.Type + `
 LEFT JOIN ` + rs + `.retry_state r ON r.source = $1 AND r.event_id = u.id`
 
-	created := "NULL::timestamptz"
+	created := "NULL::timestamptz AS min"
 	if l.CreatedAt != "" {
-		created = "min(" + col("o", l.CreatedAt) + ")::timestamptz"
+		created = "min(" + col("o", l.CreatedAt) + ")::timestamptz AS min"
 	}
 	s.backlog = "SELECT count(*), " + created + " FROM " + table + " o WHERE " + pendingPredicate(l, "o")
+	s.stats = `WITH b AS (` + s.backlog + `),
+d AS (SELECT count(*) FROM ` + rs + `.failed_events WHERE source = $1 AND replayed_at IS NULL),
+u AS (INSERT INTO ` + rs + `.relay_state AS t
+  (source, schema_name, table_name, last_poll_time, last_published_event_id, total_events_published,
+   total_events_retried, total_events_dead_lettered, pending_events, lag_seconds)
+  SELECT $1, $2, $3, now(), NULLIF($4, ''), $5, $6, $7, b.count, COALESCE(EXTRACT(EPOCH FROM now() - b.min), 0) FROM b
+  ON CONFLICT (source) DO UPDATE SET last_poll_time = now(),
+    last_published_event_id = COALESCE(excluded.last_published_event_id, t.last_published_event_id),
+    total_events_published = t.total_events_published + excluded.total_events_published,
+    total_events_retried = t.total_events_retried + excluded.total_events_retried,
+    total_events_dead_lettered = t.total_events_dead_lettered + excluded.total_events_dead_lettered,
+    pending_events = excluded.pending_events, lag_seconds = excluded.lag_seconds, updated_at = now())
+SELECT b.count, b.min, d.count FROM b, d`
 	return s
 }
 

@@ -122,29 +122,23 @@ func (s *Store) Backlog(ctx context.Context) (source.Backlog, error) {
 	return b, nil
 }
 
-// DeadLetters implements source.Store.
-func (s *Store) DeadLetters(ctx context.Context) (int64, error) {
-	return FailedCount(ctx, s.pool, s.opts.RelaySchema, s.opts.Source)
-}
-
-// RecordStats implements source.Store.
-func (s *Store) RecordStats(ctx context.Context, st source.Stats) error {
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+QuoteIdent(s.opts.RelaySchema)+`.relay_state AS t
-  (source, schema_name, table_name, last_poll_time, last_published_event_id, total_events_published,
-   total_events_retried, total_events_dead_lettered, pending_events, lag_seconds)
-VALUES ($1, $2, $3, now(), NULLIF($4, ''), $5, $6, $7, $8, $9)
-ON CONFLICT (source) DO UPDATE SET last_poll_time = now(),
-  last_published_event_id = COALESCE(excluded.last_published_event_id, t.last_published_event_id),
-  total_events_published = t.total_events_published + excluded.total_events_published,
-  total_events_retried = t.total_events_retried + excluded.total_events_retried,
-  total_events_dead_lettered = t.total_events_dead_lettered + excluded.total_events_dead_lettered,
-  pending_events = excluded.pending_events, lag_seconds = excluded.lag_seconds, updated_at = now()`,
-		s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name, st.LastPublishedID,
-		st.Published, st.Retried, st.DeadLettered, st.Backlog.Pending, st.Backlog.OldestAge.Seconds())
+// RecordStats implements source.Store: the backlog, the dead letters and
+// the relay_state upsert are one statement, so that an idle source costs
+// one query per stats interval for them.
+func (s *Store) RecordStats(ctx context.Context, st source.Stats) (source.Gauges, error) {
+	var (
+		g      source.Gauges
+		oldest *time.Time
+	)
+	err := s.pool.QueryRow(ctx, s.sql.stats, s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name, st.LastPublishedID,
+		st.Published, st.Retried, st.DeadLettered).Scan(&g.Backlog.Pending, &oldest, &g.DeadLetters)
 	if err != nil {
-		return fmt.Errorf("record relay state: %w", err)
+		return g, fmt.Errorf("record relay state: %w", err)
 	}
-	return nil
+	if oldest != nil {
+		g.Backlog.OldestAge = max(time.Since(*oldest), 0)
+	}
+	return g, nil
 }
 
 // batch is a claim held by an open transaction.
