@@ -3,12 +3,10 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
@@ -61,22 +59,10 @@ type orderChecker struct {
 	cancel  context.CancelFunc
 	done    chan struct{}
 	cl      *kgo.Client
-	started bool
 }
 
 func newOrderChecker(ctx context.Context, brokers []string) (*orderChecker, error) {
-	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
-	if err != nil {
-		return nil, err
-	}
-	ends, err := kadm.NewClient(admin).ListEndOffsets(ctx, topic)
-	admin.Close()
-	if err != nil {
-		return nil, fmt.Errorf("read end offsets: %w", err)
-	}
-	from := map[string]map[int32]kgo.Offset{topic: {}}
-	ends.Each(func(o kadm.ListedOffset) { from[topic][o.Partition] = kgo.NewOffset().At(o.Offset) })
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(from))
+	cl, err := consumerFromEnd(ctx, brokers)
 	if err != nil {
 		return nil, err
 	}

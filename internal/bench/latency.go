@@ -96,9 +96,9 @@ func (t *tracker) latency() Latency {
 	}
 }
 
-// consume reads the benchmark topic from its current end offsets (read
-// before any row is written) and reports arrivals until stopped.
-func consume(ctx context.Context, brokers []string, t *tracker) (func(), error) {
+// consumerFromEnd is a client consuming the benchmark topic from its end
+// offsets as they are now, before any row of the run is written.
+func consumerFromEnd(ctx context.Context, brokers []string) (*kgo.Client, error) {
 	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
 	if err != nil {
 		return nil, err
@@ -110,7 +110,12 @@ func consume(ctx context.Context, brokers []string, t *tracker) (func(), error) 
 	}
 	from := map[string]map[int32]kgo.Offset{topic: {}}
 	ends.Each(func(o kadm.ListedOffset) { from[topic][o.Partition] = kgo.NewOffset().At(o.Offset) })
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(from), kgo.FetchMaxWait(10*time.Millisecond))
+	return kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumePartitions(from), kgo.FetchMaxWait(10*time.Millisecond))
+}
+
+// consume reports arrivals on the benchmark topic to t until stopped.
+func consume(ctx context.Context, brokers []string, t *tracker) (func(), error) {
+	cl, err := consumerFromEnd(ctx, brokers)
 	if err != nil {
 		return nil, err
 	}
