@@ -52,13 +52,13 @@ func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, bro
 // orderChecker consumes the benchmark topic and checks that each key's
 // sequence numbers first arrive in increasing order.
 type orderChecker struct {
-	mu      sync.Mutex
-	last    map[string]int
-	seen    map[int]bool
-	bad     int
-	cancel  context.CancelFunc
-	done    chan struct{}
-	cl      *kgo.Client
+	mu     sync.Mutex
+	last   map[string]int
+	seen   map[int]bool
+	bad    int
+	cancel context.CancelFunc
+	done   chan struct{}
+	cl     *kgo.Client
 }
 
 func newOrderChecker(ctx context.Context, brokers []string) (*orderChecker, error) {
