@@ -57,6 +57,18 @@ when something is missing (with --strict, also when something is extra).`,
 			if err != nil {
 				return err
 			}
+			for i, cs := range cfg.Sources {
+				found := 0
+				for _, s := range srcs {
+					if s.Index == i {
+						found++
+					}
+				}
+				if found == 0 && cs.Discover != nil {
+					fmt.Fprintf(out, "source %s: discovery finds no table named %s in a schema matching %s (yet)\n",
+						cs.Name, strings.Join(cs.Discover.Tables, " or "), cs.Discover.Schemas)
+				}
+			}
 			for _, s := range srcs {
 				need := postgres.NeededPrivileges(s.Layout)
 				p, err := postgres.CheckPrivileges(ctx, s.Pool, s.Table, need, postgres.UpdatedColumns(s.Layout)...)
