@@ -30,8 +30,11 @@ const DefaultDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
 // Options size the demo.
 type Options struct {
-	DSN       string
-	Events    int // committed events to write
+	DSN    string
+	Events int // committed events to write
+	// Backlog is how many events to write while the relay is stopped, to
+	// show it draining a backlog (0: skip that part).
+	Backlog   int
 	Producers int
 	Keys      int
 	Out       io.Writer
@@ -44,6 +47,7 @@ var eventTypes = []string{"order.created", "order.paid", "order.shipped"}
 type Result struct {
 	Committed, RolledBack, Received, Duplicates, OutOfOrder int
 	Elapsed                                                 time.Duration
+	BacklogRate                                             float64 // events/s draining the backlog
 }
 
 // Run executes the demo and prints what it sees.
@@ -103,23 +107,11 @@ CREATE INDEX ON %[1]s.outbox (created_at) WHERE published = false;`, schema))
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	relayApp, err := app.Open(ctx, cfg, o.Logger)
+	stopRelay, err := startRelay(ctx, cfg, o.Logger)
 	if err != nil {
 		return nil, err
 	}
-	defer relayApp.Close()
-	if err := relayApp.Migrate(ctx); err != nil {
-		return nil, err
-	}
-	relayCtx, stopRelay := context.WithCancel(ctx)
-	relayDone := make(chan error, 1)
-	go func() { relayDone <- relayApp.Run(relayCtx) }()
-	defer func() {
-		stopRelay()
-		if err := <-relayDone; err != nil {
-			fmt.Fprintln(out, "relay stopped with:", err)
-		}
-	}()
+	defer func() { _ = stopRelay() }()
 
 	cons := newConsumer(brokers, topics)
 	defer cons.close()
@@ -182,7 +174,74 @@ CREATE INDEX ON %[1]s.outbox (created_at) WHERE published = false;`, schema))
 	if cons.rolledBackSeen() > 0 || r.OutOfOrder > 0 {
 		return r, errors.New("demo found rolled-back events or order violations")
 	}
+	if o.Backlog <= 0 {
+		return r, nil
+	}
+
+	// A backlog, written while the relay is down, then drained.
+	if err := stopRelay(); err != nil {
+		return r, err
+	}
+	fmt.Fprintf(out, "\nstopped the relay; writing a backlog of %d events\n", o.Backlog)
+	_, err = pool.Exec(ctx, `INSERT INTO `+schema+`.outbox (aggregate_id, aggregate_type, event_type, payload)
+SELECT 'order-' || (i % $2), 'order', 'order.created',
+  jsonb_build_object('producer', 99, 'seq', i, 'rollback', false, 'note', 'backlog event')
+FROM generate_series(1, $1) i`, o.Backlog, o.Keys)
+	if err != nil {
+		return r, fmt.Errorf("write backlog: %w", err)
+	}
+	start = time.Now()
+	if stopRelay, err = startRelay(ctx, cfg, o.Logger); err != nil {
+		return r, err
+	}
+	want += o.Backlog
+	for cons.unique() < want {
+		select {
+		case <-ctx.Done():
+			return r, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		if time.Since(start) > 2*time.Minute {
+			return r, fmt.Errorf("only %d of %d events arrived within 2 minutes", cons.unique(), want)
+		}
+	}
+	drain := time.Since(start)
+	r = cons.result()
+	r.Committed, r.RolledBack, r.Elapsed = want, int(rolledBack.Load()), elapsed
+	r.BacklogRate = float64(o.Backlog) / drain.Seconds()
+	fmt.Fprintf(out, "restarted the relay: the backlog drained in %s, %.0f events/s (start-up included); order violations: %d\n",
+		drain.Round(time.Millisecond), r.BacklogRate, r.OutOfOrder)
+	if r.OutOfOrder > 0 {
+		return r, errors.New("demo found order violations")
+	}
 	return r, nil
+}
+
+// startRelay runs a relay process for the demo until the returned stop is
+// called.
+func startRelay(ctx context.Context, cfg *config.Config, log *slog.Logger) (stop func() error, err error) {
+	a, err := app.Open(ctx, cfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.Migrate(ctx); err != nil {
+		a.Close()
+		return nil, err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- a.Run(rctx) }()
+	var stopped bool
+	return func() error {
+		if stopped {
+			return nil
+		}
+		stopped = true
+		cancel()
+		err := <-done
+		a.Close()
+		return err
+	}, nil
 }
 
 // produce writes n committed events in transactions of 10, rolling back one
