@@ -27,6 +27,7 @@ const (
 	colCreatedAt
 	colMaxRetries
 	colAttempts
+	colCtid // the row's physical address, for acknowledging it
 	numClaimCols
 )
 
@@ -127,4 +128,19 @@ func decodeTimestamptz(v []byte, format int16) (time.Time, error) {
 	}
 	us := int64(binary.BigEndian.Uint64(v))
 	return pgEpoch.Add(time.Duration(us) * time.Microsecond), nil
+}
+
+// decodeTID reads a tid (block, offset) in binary or text format.
+func decodeTID(v []byte, format int16) (pgtype.TID, error) {
+	if format == pgtype.BinaryFormatCode {
+		if len(v) != 6 {
+			return pgtype.TID{}, fmt.Errorf("tid of %d bytes", len(v))
+		}
+		return pgtype.TID{BlockNumber: binary.BigEndian.Uint32(v), OffsetNumber: binary.BigEndian.Uint16(v[4:]), Valid: true}, nil
+	}
+	var t pgtype.TID
+	if err := t.Scan(string(v)); err != nil {
+		return pgtype.TID{}, fmt.Errorf("tid %q: %w", v, err)
+	}
+	return t, nil
 }

@@ -127,6 +127,7 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool)
 		optCol("o", l.CreatedAt, "::timestamptz"),
 		optCol("o", l.MaxRetries, "::int"),
 		"COALESCE(r.attempts, 0)",
+		"o.ctid",
 	}
 	where := []string{
 		pendingPredicate(l, "o"),
@@ -153,12 +154,16 @@ ORDER BY %s
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, id, strings.Join(where, "\n  AND "), orderBy)
 
+	// Published rows are found by their ctid: a TID scan, whatever the
+	// planner thinks of the table's size (a generic plan made while the
+	// table looked empty once turned id = ANY(...) into a sequential scan
+	// per batch). The rows are locked by the claim, so their ctids hold.
 	setPublished, setDead, setPending := stateSets(l)
 	if l.Mode == "delete" {
-		s.ack = "DELETE FROM " + table + " o WHERE " + id + " = ANY(" + idArr + ")"
-		s.dead = s.ack
+		s.ack = "DELETE FROM " + table + " o WHERE o.ctid = ANY($1::tid[])"
+		s.dead = "DELETE FROM " + table + " o WHERE " + id + " = ANY(" + idArr + ")"
 	} else {
-		s.ack = "UPDATE " + table + " o SET " + setPublished + " WHERE " + id + " = ANY(" + idArr + ")"
+		s.ack = "UPDATE " + table + " o SET " + setPublished + " WHERE o.ctid = ANY($1::tid[])"
 		deadSet := setDead
 		if l.Error != "" {
 			deadSet += ", " + QuoteIdent(l.Error) + " = u.reason"

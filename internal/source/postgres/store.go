@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
@@ -87,7 +88,14 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	b := &batch{store: s, tx: tx}
 	for rows.Next() {
 		b.rows = append(b.rows, source.Row{})
-		if err := decodeRow(rows.RawValues(), rows.FieldDescriptions(), &b.rows[len(b.rows)-1]); err != nil {
+		vals, fds := rows.RawValues(), rows.FieldDescriptions()
+		err := decodeRow(vals, fds, &b.rows[len(b.rows)-1])
+		if err == nil {
+			var tid pgtype.TID
+			tid, err = decodeTID(vals[colCtid], fds[colCtid].Format)
+			b.ctids = append(b.ctids, tid)
+		}
+		if err != nil {
 			rows.Close()
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("claim from %s: decode: %w", s.opts.Table, err)
@@ -146,6 +154,7 @@ type batch struct {
 	store *Store
 	tx    pgx.Tx
 	rows  []source.Row
+	ctids []pgtype.TID // the rows' addresses, for the acknowledgement
 }
 
 func (b *batch) Rows() []source.Row { return b.rows }
@@ -163,15 +172,15 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	s, q := b.store, &pgx.Batch{}
 	var clear []string
 	if len(o.Published) > 0 {
-		ids := make([]string, len(o.Published))
+		tids := make([]pgtype.TID, len(o.Published))
 		for i, idx := range o.Published {
 			r := &b.rows[idx]
-			ids[i] = r.ID
+			tids[i] = b.ctids[idx]
 			if r.Attempts > 0 {
 				clear = append(clear, r.ID)
 			}
 		}
-		q.Queue(s.sql.ack, ids)
+		q.Queue(s.sql.ack, tids)
 	}
 	if len(o.Retry) > 0 {
 		n := len(o.Retry)
