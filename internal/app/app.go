@@ -87,6 +87,10 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 		}
 		pc.MaxConns = int32(db.MaxConns)
 		pc.ConnConfig.RuntimeParams["application_name"] = postgres.ApplicationName(a.owner)
+		// Plan every statement for the table as it is now: a plan cached
+		// while an outbox was empty (sequential scans) must not outlive
+		// the backlog that follows.
+		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
 		pool, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			a.Close()
