@@ -50,7 +50,6 @@ type Options struct {
 	// RelayProfile, when set, receives a CPU profile of the first relay
 	// phase only (not the prefill or the ceiling).
 	RelayProfile io.Writer
-	Out          io.Writer // the table
 	Progress     io.Writer // progress lines
 	Logger       *slog.Logger
 }

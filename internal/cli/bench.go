@@ -47,7 +47,7 @@ event. The schema is dropped afterwards.`,
 			default:
 				o.Orderings = []bool{true, false}
 			}
-			o.Out, o.Progress = g.stdout, g.stderr
+			o.Progress = g.stderr
 			o.Logger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)

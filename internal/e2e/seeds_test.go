@@ -52,7 +52,7 @@ VALUES ($1, 'journey', $2, $3, gen_random_uuid()) RETURNING id::text`, e.table),
 		}
 	}
 	col := collect(t, brokers, "journey.created", "whatsapp.message.received")
-	runRelay(t, baseConfig(dsn, brokers, config.Source{
+	stop := runRelay(t, baseConfig(dsn, brokers, config.Source{
 		Name: "railrepay", Preset: "published-flag",
 		Discover: &config.Discover{Schemas: "^(journey_matcher|whatsapp_handler)$", Interval: config.Duration(200 * time.Millisecond)},
 	}))
@@ -101,9 +101,14 @@ VALUES (gen_random_uuid(), 'journey', 'journey.created', '{"ignored": true}', ge
 			t.Fatal("relayed a table whose schema does not match the discovery pattern")
 		}
 	}
-	var polls int
-	_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.relay_state").Scan(&polls)
-	t.Logf("relay_state rows: %d", polls)
+	// Each discovered table is a source of its own in relay_state (the
+	// counters are flushed when the relay stops).
+	stop()
+	var sources, published int
+	_ = pool.QueryRow(ctx, "SELECT count(*), COALESCE(sum(total_events_published), 0) FROM outbox_relay.relay_state").Scan(&sources, &published)
+	if sources != 3 || published != 4 {
+		t.Fatalf("relay_state: %d sources, %d published; want 3 and 4", sources, published)
+	}
 }
 
 // Seed 001: status column, topic column, partition_key falling back to the

@@ -50,12 +50,10 @@ func (w *Worker) start(hard context.Context, seq uint64, b source.Batch) *inflig
 	return f
 }
 
-// fenced reports whether rows of key k in the batch with sequence seq must be
-// deferred: a batch that committed after this one was claimed left the key
-// waiting (retry scheduled or commit failed).
-func (w *Worker) fenced(k string, seq uint64) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
+// fencedLocked reports whether rows of key k in the batch with sequence seq
+// must be deferred: a batch that committed after this one was claimed left
+// the key waiting (retry scheduled or commit failed). w.mu must be held.
+func (w *Worker) fencedLocked(k string, seq uint64) bool {
 	v, ok := w.fence[k]
 	return ok && v >= seq
 }
@@ -189,12 +187,17 @@ func (w *Worker) send(ctx context.Context, f *inflight, idx []int, msgs []*sink.
 	}
 	batch := make([]*sink.Message, 0, len(idx))
 	sent := make([]int, 0, len(idx))
-	for _, i := range idx {
-		if w.o.Ordering && w.fenced(f.rows[i].OrderKey, f.seq) {
-			state[i] = stateDeferred
-			continue
+	if w.o.Ordering {
+		w.mu.Lock()
+		for _, i := range idx {
+			if w.fencedLocked(f.rows[i].OrderKey, f.seq) {
+				state[i] = stateDeferred
+			}
 		}
-		if ctx.Err() != nil {
+		w.mu.Unlock()
+	}
+	for _, i := range idx {
+		if state[i] == stateDeferred || ctx.Err() != nil {
 			state[i] = stateDeferred
 			continue
 		}

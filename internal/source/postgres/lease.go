@@ -46,17 +46,20 @@ func (l *Leases) Acquire(ctx context.Context, shard string, ttl time.Duration) (
 	var (
 		holder string
 		term   int64
-		alive  int
+		alive  bool
 	)
-	err = l.pool.QueryRow(ctx, `SELECT owner, term, (SELECT count(*) FROM pg_stat_activity WHERE application_name = `+
-		`left('outbox-relay ' || owner, 63)) FROM `+l.schema+`.leases WHERE shard = $1`, shard).Scan(&holder, &term, &alive)
+	err = l.pool.QueryRow(ctx, `SELECT owner, term FROM `+l.schema+`.leases WHERE shard = $1`, shard).Scan(&holder, &term)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
+	}
+	if err == nil {
+		err = l.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)",
+			ApplicationName(holder)).Scan(&alive)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("look up lease holder of %s: %w", shard, err)
 	}
-	if alive > 0 {
+	if alive {
 		return nil, nil
 	}
 	if _, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET expires_at = now() - interval '1 millisecond'
@@ -118,7 +121,7 @@ WHERE shard = $1 AND owner = $2 AND term = $3`, ls.Shard, ls.Owner, ls.Term)
 
 // ApplicationName is the application_name a relay process's connections
 // carry, so that a new owner can see whether the previous one is alive and
-// still has transactions open. Acquire computes the same name in SQL.
+// still has transactions open.
 func ApplicationName(owner string) string {
 	n := "outbox-relay " + owner
 	if len(n) > 63 {

@@ -27,7 +27,6 @@ type statements struct {
 	retryState    string // $1 source, $2 ids, $3 order keys, $4 attempts, $5 next, $6 errors
 	clearRetry    string // $1 source, $2 ids
 	insertDead    string
-	backlog       string
 	stats         string // $1 source, $2 schema, $3 table, $4 last id, $5-$7 counts
 	pendingValues string // SET list that puts a row back in the pending set
 }
@@ -212,8 +211,8 @@ LEFT JOIN ` + rs + `.retry_state r ON r.source = $1 AND r.event_id = u.id`
 	if l.CreatedAt != "" {
 		created = "min(" + col("o", l.CreatedAt) + ")::timestamptz AS min"
 	}
-	s.backlog = "SELECT count(*), " + created + " FROM " + table + " o WHERE " + pendingPredicate(l, "o")
-	s.stats = `WITH b AS (` + s.backlog + `),
+	backlog := "SELECT count(*), " + created + " FROM " + table + " o WHERE " + pendingPredicate(l, "o")
+	s.stats = `WITH b AS (` + backlog + `),
 d AS (SELECT count(*) FROM ` + rs + `.failed_events WHERE source = $1 AND replayed_at IS NULL),
 u AS (INSERT INTO ` + rs + `.relay_state AS t
   (source, schema_name, table_name, last_poll_time, last_published_event_id, total_events_published,

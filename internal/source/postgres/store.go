@@ -114,22 +114,6 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	return b, nil
 }
 
-// Backlog implements source.Store.
-func (s *Store) Backlog(ctx context.Context) (source.Backlog, error) {
-	var (
-		n      int64
-		oldest *time.Time
-	)
-	if err := s.pool.QueryRow(ctx, s.sql.backlog).Scan(&n, &oldest); err != nil {
-		return source.Backlog{}, fmt.Errorf("backlog of %s: %w", s.opts.Table, err)
-	}
-	b := source.Backlog{Pending: n}
-	if oldest != nil {
-		b.OldestAge = max(time.Since(*oldest), 0)
-	}
-	return b, nil
-}
-
 // RecordStats implements source.Store: the backlog, the dead letters and
 // the relay_state upsert are one statement, so that an idle source costs
 // one query per stats interval for them.

@@ -252,9 +252,15 @@ func TestClaimSkipLockedAndComplete(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("retry_state keeps %d rows after the retried row was published", n)
 	}
-	bl, err := st.Backlog(ctx)
-	if err != nil || bl.Pending != 0 {
-		t.Fatalf("backlog %+v %v", bl, err)
+	// The dead letter counts; nothing is pending any more.
+	g, err := st.RecordStats(ctx, source.Stats{Published: 5, DeadLettered: 1})
+	if err != nil || g.Backlog.Pending != 0 || g.DeadLetters != 1 {
+		t.Fatalf("gauges %+v %v", g, err)
+	}
+	var pub, dead int
+	_ = pool.QueryRow(ctx, "SELECT total_events_published, total_events_dead_lettered FROM outbox_relay.relay_state WHERE source = 'jm'").Scan(&pub, &dead)
+	if pub != 5 || dead != 1 {
+		t.Fatalf("relay_state totals %d published, %d dead", pub, dead)
 	}
 }
 
