@@ -72,3 +72,24 @@ func IsTerminal(err error) bool {
 	var t *TerminalError
 	return errors.As(err, &t)
 }
+
+// OrderKey is what orders m among the messages of a call: its partition key,
+// else its key. Messages with neither return "" and have no order to keep.
+func OrderKey(m *Message) string {
+	key := m.PartitionKey
+	if key == nil {
+		key = m.Key
+	}
+	if key == nil {
+		return ""
+	}
+	return string(key)
+}
+
+// Problem is one invalid setting of a sink's configuration. Field is relative
+// to the sink's block ("url", "hmac.secret"); the config package prefixes the
+// sink's path.
+type Problem struct {
+	Field string
+	Msg   string
+}
