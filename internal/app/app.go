@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -35,6 +36,7 @@ type App struct {
 	pools   map[string]*pgxpool.Pool
 
 	kgoOpts       []kgo.Opt
+	tracer        pgx.QueryTracer
 	statsInterval time.Duration
 
 	mu        sync.Mutex
@@ -56,6 +58,13 @@ func WithStatsInterval(d time.Duration) Option {
 // and benchmarks tune metadata refreshes with it).
 func WithKafkaOptions(opts ...kgo.Opt) Option {
 	return func(a *App) { a.kgoOpts = append(a.kgoOpts, opts...) }
+}
+
+// WithQueryTracer traces every statement of the relay's database
+// connections (the benchmark counts them with it). A tracer that also
+// implements pgx.BatchTracer sees each statement of a batch.
+func WithQueryTracer(t pgx.QueryTracer) Option {
+	return func(a *App) { a.tracer = t }
 }
 
 // Open connects to every database of cfg. It does not migrate or start
@@ -86,6 +95,9 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 			return nil, fmt.Errorf("databases.%s.dsn: %w", name, err)
 		}
 		pc.MaxConns = int32(db.MaxConns)
+		if a.tracer != nil {
+			pc.ConnConfig.Tracer = a.tracer
+		}
 		pc.ConnConfig.RuntimeParams["application_name"] = postgres.ApplicationName(a.owner)
 		// Plan every statement for the table as it is now: a plan cached
 		// while an outbox was empty (sequential scans) must not outlive

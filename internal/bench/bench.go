@@ -64,6 +64,9 @@ type Measure struct {
 	BrokerCPUMs1k    float64 `json:"broker_cpu_ms_per_1k_events"`
 	WALBytesPerEvent float64 `json:"wal_bytes_per_event"`
 	XactsPerEvent    float64 `json:"transactions_per_event"`
+	// StmtsPerEvent counts the statements the relay's connections sent
+	// (BEGIN and COMMIT included), per event.
+	StmtsPerEvent float64 `json:"statements_per_event"`
 	DeadTuplesAfter  int64   `json:"dead_tuples_after"`
 }
 
@@ -233,7 +236,7 @@ func printRates(w io.Writer, rs []RateResult) {
 
 func printDrain(w io.Writer, rs []Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\tpg CPU µs/ev\tbroker CPU µs/ev\tWAL B/ev\txacts/ev\tdead tuples\trelay RSS MB\t")
+	fmt.Fprintln(tw, "workload\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\tpg CPU µs/ev\tbroker CPU µs/ev\tWAL B/ev\txacts/ev\tstmts/ev\tdead tuples\trelay RSS MB\t")
 	for _, r := range rs {
 		ord := "off"
 		if r.Ordering {
@@ -246,9 +249,9 @@ func printDrain(w io.Writer, rs []Result) {
 		if r.OrderHeld != nil && !*r.OrderHeld {
 			ratio += " ORDER BROKEN"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%d\t%.0f\t\n",
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%d\t%.0f\t\n",
 			r.Workload, r.Layout, ord, r.Rows, r.Keys, ceil, r.Relay.EventsPerSec, ratio,
-			r.Relay.CPUMsPer1k, r.Relay.PostgresCPUMs1k, r.Relay.BrokerCPUMs1k, r.Relay.WALBytesPerEvent, r.Relay.XactsPerEvent,
+			r.Relay.CPUMsPer1k, r.Relay.PostgresCPUMs1k, r.Relay.BrokerCPUMs1k, r.Relay.WALBytesPerEvent, r.Relay.XactsPerEvent, r.Relay.StmtsPerEvent,
 			r.Relay.DeadTuplesAfter, float64(r.PeakRSSBytes)/(1<<20))
 	}
 	_ = tw.Flush()

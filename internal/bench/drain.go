@@ -22,7 +22,7 @@ func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, broke
 		return res, err
 	}
 	defer t.drop(context.WithoutCancel(ctx), pool)
-	a, cleanup, err := openRelay(ctx, pool, dsn, brokers, o, t, ordering)
+	a, stmts, cleanup, err := openRelay(ctx, pool, dsn, brokers, o, t, ordering)
 	if err != nil {
 		return res, err
 	}
@@ -36,7 +36,7 @@ func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, broke
 	if err != nil {
 		return res, err
 	}
-	res.Ceiling, err = measure(ctx, pool, t, nil, func() (int, error) { return ceiling(ctx, srcs[0].Store, o, layout) })
+	res.Ceiling, err = measure(ctx, pool, t, nil, stmts, func() (int, error) { return ceiling(ctx, srcs[0].Store, o, layout) })
 	if err != nil {
 		return res, fmt.Errorf("ceiling: %w", err)
 	}
@@ -52,7 +52,7 @@ func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, broke
 			return res, err
 		}
 	}
-	res.Relay, err = measure(ctx, pool, t, br, func() (int, error) { return relay(ctx, a, o, layout) })
+	res.Relay, err = measure(ctx, pool, t, br, stmts, func() (int, error) { return relay(ctx, a, o, layout) })
 	if o.RelayProfile != nil {
 		pprof.StopCPUProfile()
 		o.RelayProfile = nil // one profile per file: the first relay run
@@ -70,7 +70,7 @@ func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, broke
 }
 
 // openRelay builds (and migrates) a relay process for the benchmark table.
-func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, brokers []string, o Options, t table, ordering bool) (*app.App, func(), error) {
+func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, brokers []string, o Options, t table, ordering bool) (*app.App, *stmtCounter, func(), error) {
 	cfg := &config.Config{
 		RelaySchema: t.schema + "_relay",
 		Admin:       config.Admin{Listen: "off"},
@@ -81,11 +81,12 @@ func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, brokers []st
 	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	a, err := app.Open(ctx, cfg, o.Logger)
+	stmts := &stmtCounter{}
+	a, err := app.Open(ctx, cfg, o.Logger, app.WithQueryTracer(stmts))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cleanup := func() {
 		a.Close()
@@ -93,13 +94,13 @@ func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, brokers []st
 	}
 	if err := a.Migrate(ctx); err != nil {
 		cleanup()
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	return a, cleanup, nil
+	return a, stmts, cleanup, nil
 }
 
 // measure runs fn and reads the machine's counters around it.
-func measure(ctx context.Context, pool *pgxpool.Pool, t table, br *broker, fn func() (int, error)) (Measure, error) {
+func measure(ctx context.Context, pool *pgxpool.Pool, t table, br *broker, stmts *stmtCounter, fn func() (int, error)) (Measure, error) {
 	before, err := readCounters(ctx, pool)
 	if err != nil {
 		return Measure{}, err
@@ -110,6 +111,7 @@ func measure(ctx context.Context, pool *pgxpool.Pool, t table, br *broker, fn fu
 		}
 		return br.cpu()
 	}
+	stmts0 := stmts.load()
 	cpu0, pg0, br0, start := selfCPU(), postgresCPU(), brokerCPU(), time.Now()
 	n, err := fn()
 	if err != nil {
@@ -117,6 +119,7 @@ func measure(ctx context.Context, pool *pgxpool.Pool, t table, br *broker, fn fu
 	}
 	elapsed := time.Since(start)
 	cpu, pg, brc := selfCPU()-cpu0, postgresCPU()-pg0, brokerCPU()-br0
+	nstmts := stmts.load() - stmts0
 	after, err := readCounters(ctx, pool)
 	if err != nil {
 		return Measure{}, err
@@ -129,6 +132,7 @@ func measure(ctx context.Context, pool *pgxpool.Pool, t table, br *broker, fn fu
 		BrokerCPUMs1k:    float64(brc.Milliseconds()) / ev * 1000,
 		WALBytesPerEvent: float64(walBytes(ctx, pool, before, after)) / ev,
 		XactsPerEvent:    float64(after.xacts-before.xacts) / ev,
+		StmtsPerEvent:    float64(nstmts) / ev,
 		DeadTuplesAfter:  deadTuples(ctx, pool, t.schema),
 	}, nil
 }

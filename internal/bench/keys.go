@@ -20,7 +20,7 @@ func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, bro
 		return res, err
 	}
 	defer t.drop(context.WithoutCancel(ctx), pool)
-	a, cleanup, err := openRelay(ctx, pool, dsn, brokers, o, t, true)
+	a, stmts, cleanup, err := openRelay(ctx, pool, dsn, brokers, o, t, true)
 	if err != nil {
 		return res, err
 	}
@@ -34,7 +34,7 @@ func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, bro
 		return res, err
 	}
 	defer oc.stop()
-	res.Relay, err = measure(ctx, pool, t, br, func() (int, error) { return relay(ctx, a, o, "delete") })
+	res.Relay, err = measure(ctx, pool, t, br, stmts, func() (int, error) { return relay(ctx, a, o, "delete") })
 	if err != nil {
 		return res, err
 	}

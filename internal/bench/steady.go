@@ -112,7 +112,7 @@ func steady(ctx context.Context, pool *pgxpool.Pool, dsn string, brokers []strin
 		return nil, err
 	}
 	defer t.drop(context.WithoutCancel(ctx), pool)
-	a, cleanup, err := openRelay(ctx, pool, dsn, brokers, o, t, true)
+	a, _, cleanup, err := openRelay(ctx, pool, dsn, brokers, o, t, true)
 	if err != nil {
 		return nil, err
 	}
