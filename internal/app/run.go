@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -134,6 +135,12 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 	if err != nil {
 		return nil, fmt.Errorf("sources[%d].sink: %w", s.Index, err)
 	}
+	routes := slices.Clone(s.Routes)
+	for j := range routes {
+		if routes[j].Sink, err = a.sink(cs.Routes[j].Sink); err != nil {
+			return nil, fmt.Errorf("sources[%d].routes[%d].sink: %w", s.Index, j, err)
+		}
+	}
 	var wake <-chan struct{}
 	if cs.Notify != "off" {
 		has, err := a.ensureTrigger(ctx, s)
@@ -147,7 +154,7 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 		}
 	}
 	opts := relay.Options{
-		Name: s.Name, Store: s.Store, Sink: snk,
+		Name: s.Name, Store: s.Store, Sink: snk, Routes: routes,
 		BatchSize: cs.BatchSize, Pipeline: cs.Pipeline, Ordering: cs.Ordering == nil || *cs.Ordering,
 		MaxAttempts: cs.MaxAttempts, Backoff: relay.Backoff{Initial: cs.Backoff.Initial.D(), Max: cs.Backoff.Max.D()},
 		PollMin: cs.Poll.Min.D(), PollMax: cs.Poll.Max.D(), ValidateJSON: s.Layout.PayloadJSON,

@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
@@ -24,6 +25,45 @@ type Source struct {
 	Table  postgres.Table
 	Layout *layout.Layout
 	Store  *postgres.Store
+	// Routes are the source's routes with their columns checked against
+	// the table (sinks are connected when the source starts).
+	Routes []relay.Route
+}
+
+// routeExtras checks each route's column and topic against the table and
+// asks the layout to render them for every row.
+func routeExtras(path string, rs []config.Route, l *layout.Layout, cols []layout.Column) ([]relay.Route, error) {
+	out := make([]relay.Route, len(rs))
+	for j, r := range rs {
+		p := fmt.Sprintf("%s.routes[%d]", path, j)
+		out[j] = relay.Route{Name: r.Name, EventTypes: r.EventTypes, AggregateTypes: r.AggregateTypes,
+			Values: r.Values, Column: -1, Topic: -1}
+		if r.Column != "" {
+			n, err := l.AddExtra("column", config.Template{{Column: r.Column}}, cols)
+			if err != nil {
+				return nil, fmt.Errorf("%s.%w", p, err)
+			}
+			out[j].Column = n
+		}
+		if r.Topic != "" {
+			t, err := config.ParseTemplate(r.Topic)
+			if err != nil {
+				return nil, fmt.Errorf("%s.topic: %w", p, err)
+			}
+			n, err := l.AddExtra("topic", t, cols)
+			if err != nil {
+				return nil, fmt.Errorf("%s.%w", p, err)
+			}
+			out[j].Topic = n
+		}
+		if len(r.EventTypes) > 0 && l.EventType == "" {
+			return nil, fmt.Errorf("%s.event_types: the layout has no event_type column", p)
+		}
+		if len(r.AggregateTypes) > 0 && l.AggregateType == "" {
+			return nil, fmt.Errorf("%s.aggregate_types: the layout has no aggregate_type column", p)
+		}
+	}
+	return out, nil
 }
 
 // Resolve lists every source of the configuration: listed tables, and the
@@ -91,9 +131,13 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 	if err != nil {
 		return nil, fieldErr(path, err)
 	}
+	routes, err := routeExtras(path, cs.Routes, l, cols)
+	if err != nil {
+		return nil, err
+	}
 	ordering := cs.Ordering == nil || *cs.Ordering
 	return &Source{
-		Name: name, Index: i, Config: cs, Pool: pool, DSN: a.cfg.Databases[cs.Database].DSN, Table: t, Layout: l,
+		Name: name, Index: i, Config: cs, Pool: pool, DSN: a.cfg.Databases[cs.Database].DSN, Table: t, Layout: l, Routes: routes,
 		Store: postgres.New(pool, postgres.Options{Source: name, Table: t, RelaySchema: a.cfg.RelaySchema, Layout: l, Ordering: ordering}),
 	}, nil
 }

@@ -66,8 +66,8 @@ type Measure struct {
 	XactsPerEvent    float64 `json:"transactions_per_event"`
 	// StmtsPerEvent counts the statements the relay's connections sent
 	// (BEGIN and COMMIT included), per event.
-	StmtsPerEvent float64 `json:"statements_per_event"`
-	DeadTuplesAfter  int64   `json:"dead_tuples_after"`
+	StmtsPerEvent   float64 `json:"statements_per_event"`
+	DeadTuplesAfter int64   `json:"dead_tuples_after"`
 }
 
 // Result is one workload in one layout and ordering mode.

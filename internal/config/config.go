@@ -88,7 +88,11 @@ type Source struct {
 	Layout Layout `yaml:"layout"`
 	Sink   string `yaml:"sink"` // key of Sinks; default: the only one
 	// Topic, when set, replaces the layout's topic template.
-	Topic       string  `yaml:"topic"`
+	Topic string `yaml:"topic"`
+	// Routes send some events elsewhere: the first route whose conditions
+	// a row meets decides its sink (and topic); rows that meet none go to
+	// Sink and Topic.
+	Routes      []Route `yaml:"routes"`
 	BatchSize   int     `yaml:"batch_size"`   // default 500
 	Pipeline    int     `yaml:"pipeline"`     // batches in flight, default 2
 	Ordering    *bool   `yaml:"ordering"`     // per-key order, default true
@@ -101,6 +105,24 @@ type Source struct {
 	// InstallTrigger lets the relay create the NOTIFY trigger on the table
 	// when its role may. Default true.
 	InstallTrigger *bool `yaml:"install_trigger"`
+}
+
+// Route sends the events that meet its conditions to another sink. Every
+// condition given must hold; a list holds when the row's value is any of it.
+type Route struct {
+	// Name labels the route in logs and metrics; default "route<N>".
+	Name string `yaml:"name"`
+	// EventTypes and AggregateTypes match the layout's event_type and
+	// aggregate_type columns.
+	EventTypes     []string `yaml:"event_types"`
+	AggregateTypes []string `yaml:"aggregate_types"`
+	// Column and Values match any column of the table, compared as text.
+	Column string   `yaml:"column"`
+	Values []string `yaml:"values"`
+	Sink   string   `yaml:"sink"` // key of Sinks; required
+	// Topic, when set, replaces the topic template for this route's events
+	// (a URL path for webhooks, a channel for Ably, a subject for NATS).
+	Topic string `yaml:"topic"`
 }
 
 // Discover finds outbox tables by schema pattern (seed 000).

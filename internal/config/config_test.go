@@ -25,6 +25,13 @@ var goodFixtures = map[string]struct {
 	check func(t *testing.T, c *Config)
 }{
 	"minimal.good.yaml": {check: checkMinimal},
+	"routes.good.yaml": {check: func(t *testing.T, c *Config) {
+		rs := c.Sources[0].Routes
+		if len(rs) != 2 || rs[0].Name != "payments" || rs[1].Name != "route1" || rs[1].Topic != "eu.{event_type}" ||
+			rs[1].Column != "region" || len(rs[0].EventTypes) != 2 {
+			t.Fatalf("routes = %+v", rs)
+		}
+	}},
 	"seed.good.yaml": {
 		env: map[string]string{
 			"PG_PASSWORD":    "pg-pass",
@@ -116,6 +123,13 @@ var badFixtures = map[string][]string{
 		`sinks.kafka.brokers: expected a list, got "localhost:9092" (line 4)`,
 		`sources[0].batch_size: expected an integer, got "lots" (line 8)`,
 		`sources[0].ordering: expected true or false, got "perhaps" (line 9)`,
+	},
+	"bad_routes.bad.yaml": {
+		`sources[0].routes[0].sink: required (one of: kafka, other)`,
+		`sources[0].routes[1].sink: unknown sink "nowhere"`,
+		`sources[0].routes[1].values: column and values go together`,
+		`sources[0].routes[2]: give at least one condition`,
+		`sources[0].routes[3].topic:`,
 	},
 	"duplicate_key.bad.yaml": {`sources[0].table: duplicate key "table" (line 8, first set at line 7)`},
 }

@@ -95,6 +95,9 @@ func (c *Config) sourceDefaults(d defaulter, i int) {
 	d.dur(&s.Poll.Min, p+".poll.min", DefaultPollMin)
 	d.dur(&s.Poll.Max, p+".poll.max", DefaultPollMax)
 	d.str(&s.Notify, DefaultNotify)
+	for j := range s.Routes {
+		d.str(&s.Routes[j].Name, "route"+strconv.Itoa(j))
+	}
 	if s.Ordering == nil {
 		s.Ordering = ptr(true)
 	}

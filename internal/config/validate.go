@@ -149,6 +149,9 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 	}
 	validateLayout(ps, p+".layout", &s.Layout)
 	checkTemplate(ps, p+".topic", s.Topic)
+	for j := range s.Routes {
+		c.validateRoute(ps, fmt.Sprintf("%s.routes[%d]", p, j), &s.Routes[j])
+	}
 
 	between(ps, p+".batch_size", s.BatchSize, 1, MaxBatchSize)
 	between(ps, p+".pipeline", s.Pipeline, 1, MaxPipeline)
@@ -156,6 +159,24 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 	ordered(ps, p+".backoff", "initial", "max", s.Backoff.Initial, s.Backoff.Max)
 	ordered(ps, p+".poll", "min", "max", s.Poll.Min, s.Poll.Max)
 	oneOf(ps, p+".notify", s.Notify, notifyModes, true)
+}
+
+func (c *Config) validateRoute(ps *problems, p string, r *Route) {
+	if r.Name != "" && !namePattern.MatchString(r.Name) {
+		ps.add(p+".name", "must match %s, got %q", namePattern, r.Name)
+	}
+	if r.Sink == "" {
+		ps.add(p+".sink", "required (one of: %s)", strings.Join(sortedKeys(c.Sinks), ", "))
+	} else {
+		reference(ps, p+".sink", "sink", r.Sink, sortedKeys(c.Sinks))
+	}
+	if len(r.EventTypes) == 0 && len(r.AggregateTypes) == 0 && r.Column == "" {
+		ps.add(p, "give at least one condition: event_types, aggregate_types or column with values")
+	}
+	if (r.Column == "") != (len(r.Values) == 0) {
+		ps.add(p+".values", "column and values go together")
+	}
+	checkTemplate(ps, p+".topic", r.Topic)
 }
 
 func validateDiscover(ps *problems, p string, d *Discover) {

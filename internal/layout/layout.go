@@ -38,6 +38,10 @@ type Layout struct {
 	Headers, EventType, AggregateType, AggregateID, CreatedAt string
 	OrderBy, XID, RetryCount, MaxRetries, Error               string
 
+	// Extra are templates rendered for each row into source.Row.Extra
+	// (see AddExtra).
+	Extra []config.Template
+
 	Mode        string // flag|timestamp|status|delete
 	Flag        string
 	PublishedAt string

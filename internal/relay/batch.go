@@ -16,6 +16,7 @@ type inflight struct {
 	seq     uint64
 	batch   source.Batch
 	rows    []source.Row
+	tgt     []int // each row's target (see routeRow)
 	claimed time.Time
 	// keyDep maps a key to the earlier batch in flight that holds it.
 	keyDep    map[string]*inflight
@@ -71,10 +72,13 @@ func (w *Worker) publish(ctx context.Context, f *inflight) {
 	msgs := make([]*sink.Message, n)
 	errs := make([]error, n)
 	state := make([]int8, n)
-	maxBytes := w.o.Sink.MaxMessageBytes()
+	f.tgt = make([]int, n)
 	var now, later []int
 	for i := range f.rows {
-		m, err := buildMessage(&f.rows[i], w.o.Name, w.o.ValidateJSON, maxBytes)
+		if len(w.targets) > 1 {
+			f.tgt[i] = w.routeRow(&f.rows[i])
+		}
+		m, err := buildMessage(&f.rows[i], w.o.Name, w.o.ValidateJSON, w.targets[f.tgt[i]].maxBytes)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -115,14 +119,15 @@ func (w *Worker) publish(ctx context.Context, f *inflight) {
 }
 
 // sendInWaves publishes the rows at idx (in order) so that rows of one key
-// bound for different partitions never overlap: the sink keeps order only
-// within a partition. A key's rows are cut into segments of consecutive rows
+// bound for different partitions (or sinks) never overlap: a sink keeps
+// order only within a partition. A key's rows are cut into segments of consecutive rows
 // with the same route; wave n sends every key's n-th segment, and a key whose
 // row failed (retryably) or was deferred sends nothing more. Most keys have
 // one segment, so most batches are one wave.
 func (w *Worker) sendInWaves(ctx context.Context, f *inflight, idx []int, msgs []*sink.Message, errs []error, state []int8) {
 	type segment struct {
 		n    int
+		tgt  int
 		dest string
 		key  []byte
 	}
@@ -130,15 +135,15 @@ func (w *Worker) sendInWaves(ctx context.Context, f *inflight, idx []int, msgs [
 	segs := make(map[string]*segment, len(idx))
 	last := 0
 	for j, i := range idx {
-		dest, key := msgs[i].Destination, routingKey(msgs[i])
+		dest, key, tgt := msgs[i].Destination, routingKey(msgs[i]), f.tgt[i]
 		k := f.rows[i].OrderKey
 		s := segs[k]
 		switch {
 		case s == nil:
-			segs[k] = &segment{dest: dest, key: key}
-		case s.dest != dest || !bytes.Equal(s.key, key):
+			segs[k] = &segment{tgt: tgt, dest: dest, key: key}
+		case s.tgt != tgt || s.dest != dest || !bytes.Equal(s.key, key):
 			s.n++
-			s.dest, s.key = dest, key
+			s.tgt, s.dest, s.key = tgt, dest, key
 			waves[j] = s.n
 			last = max(last, s.n)
 		default:
@@ -187,6 +192,7 @@ func (w *Worker) send(ctx context.Context, f *inflight, idx []int, msgs []*sink.
 	}
 	batch := make([]*sink.Message, 0, len(idx))
 	sent := make([]int, 0, len(idx))
+	tgt := make([]int, 0, len(idx))
 	if w.o.Ordering {
 		w.mu.Lock()
 		for _, i := range idx {
@@ -203,11 +209,12 @@ func (w *Worker) send(ctx context.Context, f *inflight, idx []int, msgs []*sink.
 		}
 		batch = append(batch, msgs[i])
 		sent = append(sent, i)
+		tgt = append(tgt, f.tgt[i])
 	}
 	if len(batch) == 0 {
 		return
 	}
-	res := w.o.Sink.Publish(ctx, batch)
+	res := w.publishTo(ctx, batch, tgt)
 	for j, i := range sent {
 		errs[i] = res[j]
 	}

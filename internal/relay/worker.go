@@ -15,9 +15,11 @@ import (
 
 // Options configure the Worker of one source.
 type Options struct {
-	Name         string
-	Store        source.Store
-	Sink         sink.Publisher
+	Name  string
+	Store source.Store
+	Sink  sink.Publisher
+	// Routes send the rows they match to other sinks; the first match wins.
+	Routes       []Route
 	BatchSize    int
 	Pipeline     int  // batches in flight
 	Ordering     bool // per-key order
@@ -40,8 +42,9 @@ type Options struct {
 
 // Worker relays one source. Create it with NewWorker and call Run once.
 type Worker struct {
-	o   Options
-	log *slog.Logger
+	o       Options
+	log     *slog.Logger
+	targets []target // [0] the source's sink, then one per route
 
 	claimSeq atomic.Uint64 // sequence number of the latest claim started
 
@@ -81,6 +84,7 @@ func NewWorker(o Options) *Worker {
 	return &Worker{
 		o:         o,
 		log:       o.Logger.With("source", o.Name),
+		targets:   newTargets(o),
 		lastByKey: map[string]*inflight{},
 		fence:     map[string]uint64{},
 	}

@@ -34,6 +34,9 @@ type Row struct {
 	CreatedAt     time.Time // zero when the layout has no created column
 	// Attempts is how many publish attempts already failed.
 	Attempts int
+	// Extra holds the layout's extra templates rendered for this row, in
+	// order; nil where a column was NULL.
+	Extra []*string
 	// MaxAttempts is the row's own budget (max_retries + 1), 0 when the
 	// layout has none and the source's budget applies.
 	MaxAttempts int

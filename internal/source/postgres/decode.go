@@ -38,8 +38,17 @@ var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 // lands in one string and every byte value in one slice, so a row costs two
 // allocations whatever its width: this is the relay's per-row hot path.
 func decodeRow(vals [][]byte, fds []pgconn.FieldDescription, r *source.Row) error {
-	if len(vals) != numClaimCols {
-		return fmt.Errorf("claim returned %d columns, want %d", len(vals), numClaimCols)
+	if len(vals) < numClaimCols {
+		return fmt.Errorf("claim returned %d columns, want at least %d", len(vals), numClaimCols)
+	}
+	if extra := vals[numClaimCols:]; len(extra) > 0 {
+		r.Extra = make([]*string, len(extra))
+		for i, v := range extra {
+			if v != nil {
+				s := string(v)
+				r.Extra[i] = &s
+			}
+		}
 	}
 	byteCols := [...]int{colPayload, colKey, colPartitionKey, colHeaders}
 	strCols := [...]int{colID, colTopic, colOrderKey, colEventType, colAggregateType, colAggregateID}

@@ -128,6 +128,9 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool)
 		"COALESCE(r.attempts, 0)",
 		"o.ctid",
 	}
+	for _, t := range l.Extra {
+		selectList = append(selectList, templateSQL(t, "o"))
+	}
 	where := []string{
 		pendingPredicate(l, "o"),
 		"(r.next_attempt_at IS NULL OR r.next_attempt_at <= now())",
