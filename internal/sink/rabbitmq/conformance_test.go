@@ -1,0 +1,36 @@
+package rabbitmq
+
+import (
+	"context"
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/sink/sinktest"
+)
+
+// TestConformance runs the sink conformance suite against the local
+// RabbitMQ; the suite puts its cutting proxy in front of it. Each
+// destination is a fresh exchange with a queue bound for routing key
+// "events"; the unroutable one is an exchange with no binding.
+func TestConformance(t *testing.T) {
+	a := newAdmin(t)
+	sinktest.Run(t, sinktest.Harness{
+		Addr: testAddr(),
+		New: func(t *testing.T, addr string) sink.Publisher {
+			return newPublisher(t, testConfig(addr))
+		},
+		Destination: func(t *testing.T) (string, sinktest.Reader) {
+			ex := a.exchange(t, "conformance")
+			read := a.consume(t, a.queue(t, ex, "events", nil))
+			return ex + "/events", func(context.Context) ([]sinktest.Received, error) {
+				var out []sinktest.Received
+				for _, d := range read() {
+					out = append(out, received(d))
+				}
+				return out, nil
+			}
+		},
+		Unroutable: func(t *testing.T) string { return a.exchange(t, "unbound") + "/events" },
+		Keys:       true,
+	})
+}
