@@ -22,7 +22,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
-	"github.com/outbox-relay/outbox-relay/internal/sink/kafka"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
@@ -151,9 +150,7 @@ func (a *App) sink(name string) (sink.Publisher, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown sink %q", name)
 	}
-	p, err := kafka.New(sc, kafka.WithLogger(a.log.With("sink", name)),
-		kafka.WithRegisterer(prometheus.WrapRegistererWith(prometheus.Labels{"sink": name}, a.reg)),
-		kafka.WithKgoOpts(a.kgoOpts...))
+	p, err := a.newSink(name, sc)
 	if err != nil {
 		return nil, fmt.Errorf("sinks.%s: %w", name, err)
 	}

@@ -1,6 +1,11 @@
 package config
 
-import "time"
+import (
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/sink/mqtt"
+	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
+)
 
 // Config is the whole relay configuration.
 type Config struct {
@@ -43,9 +48,11 @@ type Database struct {
 	MaxConns int    `yaml:"max_conns"` // default 10
 }
 
-// Sink is one broker connection.
+// Sink is one broker connection. Kafka's settings sit on the sink itself;
+// every other type keeps its settings in a block named after it
+// (sinks.<name>.rabbitmq, ...), defined by its package under internal/sink.
 type Sink struct {
-	Type             string   `yaml:"type"` // kafka
+	Type             string   `yaml:"type"` // kafka|rabbitmq|mqtt
 	Brokers          []string `yaml:"brokers"`
 	ClientID         string   `yaml:"client_id"`          // default "outbox-relay"
 	MaxMessageBytes  int      `yaml:"max_message_bytes"`  // default 1000000
@@ -56,6 +63,9 @@ type Sink struct {
 	Compression      string   `yaml:"compression"`        // none|gzip|snappy|lz4|zstd, default none
 	SASL             *SASL    `yaml:"sasl"`
 	TLS              *TLS     `yaml:"tls"`
+
+	RabbitMQ *rabbitmq.Config `yaml:"rabbitmq"`
+	MQTT     *mqtt.Config     `yaml:"mqtt"`
 }
 
 // SASL authenticates to Kafka.

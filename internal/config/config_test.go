@@ -96,8 +96,12 @@ var badFixtures = map[string][]string{
 	},
 	"no_sources.bad.yaml": {`sources: at least one source is required`},
 	"bad_sink.bad.yaml": {
-		`sinks.k.type: must be one of kafka, got "nats"`,
+		`sinks.x.type: must be one of kafka, rabbitmq, mqtt, got "pigeon"`,
 		`sinks.k.brokers: required`,
+		`sinks.r.brokers: a Kafka setting; settings of a rabbitmq sink go under sinks.r.rabbitmq`,
+		`sinks.r.mqtt: set, but the sink's type is "rabbitmq"`,
+		`sinks.r.rabbitmq: required for a sink of type rabbitmq`,
+		`sinks.m.mqtt.url:`,
 		`sinks.k.compression: must be one of`,
 		`sinks.k.sasl.mechanism: must be one of PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, got "OAUTHBEARER"`,
 		`sinks.k.sasl.username: required`,

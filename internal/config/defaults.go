@@ -66,6 +66,12 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 	}
 	for name, s := range c.Sinks {
 		p := "sinks." + name
+		if s.Type != "kafka" {
+			if b := s.block(); b != nil {
+				b.Defaults()
+			}
+			continue
+		}
 		d.str(&s.ClientID, DefaultClientID)
 		d.int(&s.MaxMessageBytes, p+".max_message_bytes", DefaultMaxMessageBytes)
 		d.dur(&s.DeliveryTimeout, p+".delivery_timeout", DefaultDeliveryTimeout)

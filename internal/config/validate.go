@@ -14,7 +14,7 @@ var (
 	logLevels      = []string{"debug", "info", "warn", "error"}
 	logFormats     = []string{"json", "text"}
 	dbDrivers      = []string{"postgres"}
-	sinkTypes      = []string{"kafka"}
+	sinkTypes      = []string{"kafka", "rabbitmq", "mqtt"}
 	compressions   = []string{"none", "gzip", "snappy", "lz4", "zstd"}
 	saslMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 	notifyModes    = []string{"auto", "on", "off"}
@@ -83,6 +83,10 @@ func (c *Config) validateSink(ps *problems, name string) {
 	s, p := c.Sinks[name], "sinks."+name
 	checkName(ps, "sinks", name)
 	oneOf(ps, p+".type", s.Type, sinkTypes, true)
+	c.validateSinkBlocks(ps, p, &s)
+	if s.Type != "kafka" {
+		return // its own block was checked, or the type is unknown
+	}
 	if len(s.Brokers) == 0 {
 		ps.add(p+".brokers", "required (or set %s)", SinkBrokersEnv(name))
 	}

@@ -1,0 +1,29 @@
+package app
+
+import (
+	"fmt"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/sink/kafka"
+	"github.com/outbox-relay/outbox-relay/internal/sink/mqtt"
+	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
+)
+
+// newSink connects the sink of one configuration entry.
+func (a *App) newSink(name string, sc config.Sink) (sink.Publisher, error) {
+	log := a.log.With("sink", name)
+	switch sc.Type {
+	case "kafka":
+		return kafka.New(sc, kafka.WithLogger(log),
+			kafka.WithRegisterer(prometheus.WrapRegistererWith(prometheus.Labels{"sink": name}, a.reg)),
+			kafka.WithKgoOpts(a.kgoOpts...))
+	case "rabbitmq":
+		return rabbitmq.New(*sc.RabbitMQ, rabbitmq.WithLogger(log))
+	case "mqtt":
+		return mqtt.New(*sc.MQTT, mqtt.WithLogger(log))
+	}
+	return nil, fmt.Errorf("type %q is not supported", sc.Type)
+}

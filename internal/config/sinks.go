@@ -1,0 +1,81 @@
+package config
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/outbox-relay/outbox-relay/internal/sink"
+)
+
+// sinkBlock is the block of settings a sink type other than Kafka keeps
+// under its own key (sinks.<name>.<type>), defined by its package.
+type sinkBlock interface {
+	Defaults()
+	Problems() []sink.Problem
+}
+
+// block returns the settings block of s's type, nil when it is not set (or
+// the type is kafka, whose settings sit on Sink itself).
+func (s *Sink) block() sinkBlock {
+	switch s.Type {
+	case "rabbitmq":
+		if s.RabbitMQ != nil {
+			return s.RabbitMQ
+		}
+	case "mqtt":
+		if s.MQTT != nil {
+			return s.MQTT
+		}
+	}
+	return nil
+}
+
+// blocks lists the type blocks that are set, by key.
+func (s *Sink) blocks() map[string]bool {
+	return map[string]bool{"rabbitmq": s.RabbitMQ != nil, "mqtt": s.MQTT != nil}
+}
+
+// kafkaFields lists the Kafka-only fields that are set.
+func (s *Sink) kafkaFields() []string {
+	var out []string
+	add := func(set bool, name string) {
+		if set {
+			out = append(out, name)
+		}
+	}
+	add(len(s.Brokers) > 0, "brokers")
+	add(s.ClientID != "", "client_id")
+	add(s.AutoCreateTopics, "auto_create_topics")
+	add(s.DeliveryTimeout != 0, "delivery_timeout")
+	add(s.RecordRetries != 0, "record_retries")
+	add(s.Linger != 0, "linger")
+	add(s.Compression != "", "compression")
+	add(s.SASL != nil, "sasl")
+	add(s.TLS != nil, "tls")
+	add(s.MaxMessageBytes != 0, "max_message_bytes")
+	return out
+}
+
+// validateSinkBlocks checks that a sink sets its own type's block and no
+// other, and the block's settings.
+func (c *Config) validateSinkBlocks(ps *problems, p string, s *Sink) {
+	for key, set := range s.blocks() {
+		if set && key != s.Type {
+			ps.add(p+"."+key, "set, but the sink's type is %q", s.Type)
+		}
+	}
+	if s.Type == "kafka" || !slices.Contains(sinkTypes, s.Type) {
+		return
+	}
+	for _, f := range s.kafkaFields() {
+		ps.add(p+"."+f, "a Kafka setting; settings of a %s sink go under %s.%s", s.Type, p, s.Type)
+	}
+	b := s.block()
+	if b == nil {
+		ps.add(p+"."+s.Type, "required for a sink of type %s", s.Type)
+		return
+	}
+	for _, pr := range b.Problems() {
+		ps.add(fmt.Sprintf("%s.%s.%s", p, s.Type, pr.Field), "%s", pr.Msg)
+	}
+}
