@@ -242,6 +242,7 @@ func TestURLTemplate(t *testing.T) {
 		{"https://h/hooks/{destination}", "orders", "https://h/hooks/orders", false},
 		{"https://h/hooks/{destination}/in", "a b/c?d", "https://h/hooks/a%20b%2Fc%3Fd/in", false},
 		{"https://h/hooks/{destination}", "tenant:42", "https://h/hooks/tenant:42", false},
+		{"https://h/hooks/{destination}/in", "..", "https://h/hooks/%2E%2E/in", false},
 		{"https://h/in?topic={destination}", "a b&c", "https://h/in?topic=a+b%26c", false},
 		{"https://h/{destination}?t={destination}", "x/y", "https://h/x%2Fy?t=x%2Fy", false},
 		{"https://h/fixed", "", "https://h/fixed", false},

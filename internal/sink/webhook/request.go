@@ -45,11 +45,21 @@ func parseTemplate(tmpl string) urlTemplate {
 		if strings.ContainsAny(tmpl[:seen], "?#") {
 			t.escape = append(t.escape, url.QueryEscape)
 		} else {
-			t.escape = append(t.escape, url.PathEscape)
+			t.escape = append(t.escape, pathEscape)
 		}
 		seen += len(placeholder)
 	}
 	return t
+}
+
+// pathEscape escapes s as one path segment. A destination "." or ".." is
+// percent-encoded too, so that no server resolves it as a dot segment and
+// routes the request elsewhere.
+func pathEscape(s string) string {
+	if s == "." || s == ".." {
+		return strings.Repeat("%2E", len(s))
+	}
+	return url.PathEscape(s)
 }
 
 // render returns the URL for dest, or a terminal error when the result is
