@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 )
@@ -26,9 +27,21 @@ var errNotSent = errors.New("not sent: an earlier message of its key failed")
 // calls.
 func (p *Publisher) Publish(ctx context.Context, msgs []*sink.Message) []error {
 	errs := make([]error, len(msgs))
+	groups := groupByKey(msgs)
+	// At most Concurrency workers take keys in turn; each request also
+	// takes a slot shared by every call.
+	var next atomic.Int64
 	var wg sync.WaitGroup
-	for _, g := range groupByKey(msgs) {
-		wg.Go(func() { p.sendInOrder(ctx, msgs, g, errs) })
+	for range min(len(groups), p.cfg.Concurrency) {
+		wg.Go(func() {
+			for {
+				g := int(next.Add(1)) - 1
+				if g >= len(groups) {
+					return
+				}
+				p.sendInOrder(ctx, msgs, groups[g], errs)
+			}
+		})
 	}
 	wg.Wait()
 	return errs
