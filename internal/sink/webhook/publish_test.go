@@ -5,6 +5,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -321,4 +323,70 @@ func TestTLS(t *testing.T) {
 	if err := insecure.Publish(testCtx(t), m)[0]; err != nil {
 		t.Fatalf("with tls.insecure_skip_verify: %v", err)
 	}
+}
+
+// TestKeepAlive: requests reuse connections instead of dialling one each.
+func TestKeepAlive(t *testing.T) {
+	var conns atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			conns.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	p := newPublisher(t, Config{URL: srv.URL + "/{destination}", Concurrency: 4})
+	for b := range 3 {
+		var msgs []*sink.Message
+		for i := range 50 {
+			msgs = append(msgs, msg("d", fmt.Sprintf("%d-%d", b, i), fmt.Sprintf("k%d", i%8), "{}"))
+		}
+		for i, err := range p.Publish(testCtx(t), msgs) {
+			if err != nil {
+				t.Fatalf("batch %d message %d: %v", b, i, err)
+			}
+		}
+	}
+	if n := conns.Load(); n > 8 {
+		t.Fatalf("150 requests with concurrency 4 opened %d connections", n)
+	}
+}
+
+func TestLogsRefusals(t *testing.T) {
+	rc := newReceiver(t)
+	var buf syncBuffer
+	p, err := New(Config{URL: hookURL(rc.addr())}, WithLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close(context.Background()) })
+	if err := p.Publish(testCtx(t), []*sink.Message{msg("gone-x", "77", "", "{}")})[0]; !sink.IsTerminal(err) {
+		t.Fatalf("404: %v", err)
+	}
+	out := buf.String()
+	for _, want := range []string{"message_id=77", "status=404", "terminal=true"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log %q lacks %s", out, want)
+		}
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
