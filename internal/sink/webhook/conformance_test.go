@@ -34,6 +34,7 @@ func TestConformance(t *testing.T) {
 			}
 		},
 		Unroutable: func(t *testing.T) string { return "gone-" + suffix() },
+		Keys:       true,
 	})
 }
 

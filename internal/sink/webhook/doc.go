@@ -13,7 +13,8 @@
 // valid JSON, else application/octet-stream (Config.ContentType overrides).
 // Each message header travels as an HTTP header named HeaderPrefix plus the
 // key with "_" replaced by "-" (event_id becomes X-Outbox-Event-Id; names
-// are case-insensitive). Idempotency-Key carries the event id. With an HMAC
+// are case-insensitive). Idempotency-Key carries the event id, and
+// X-Outbox-Key the message key, percent-encoded as a path segment. With an HMAC
 // secret, the signature header (default X-Outbox-Signature) carries
 // "t=<unix seconds>,v1=<hex HMAC-SHA256 over "<t>.<body>">", as Sign
 // computes it. Static Config.Headers are set on every request.

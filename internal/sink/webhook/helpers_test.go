@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -96,9 +97,16 @@ func hookURL(addr string) string { return "http://" + addr + "/hooks/{destinatio
 // received converts a recorded request back into what was sent.
 func received(r request) sinktest.Received {
 	rc := sinktest.Received{ID: r.Header.Get("Idempotency-Key"), Payload: r.Body}
+	if k := r.Header.Values(KeyHeader); len(k) > 0 {
+		key, err := url.PathUnescape(k[0])
+		if err != nil {
+			key = "undecodable: " + k[0]
+		}
+		rc.Key = []byte(key)
+	}
 	for name, vs := range r.Header {
 		key, ok := strings.CutPrefix(strings.ToLower(name), strings.ToLower(HeaderPrefix))
-		if !ok || strings.EqualFold(name, DefaultSignatureHeader) {
+		if !ok || strings.EqualFold(name, DefaultSignatureHeader) || strings.EqualFold(name, KeyHeader) {
 			continue
 		}
 		if k, ok := relayKeys[key]; ok {

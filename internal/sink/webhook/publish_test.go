@@ -32,6 +32,7 @@ func TestRequestShape(t *testing.T) {
 	m.Headers = append(m.Headers,
 		sink.Header{Key: "aggregate_id", Value: []byte("order-7")},
 		sink.Header{Key: "x-trace", Value: []byte("abc def")})
+	m.Key = []byte("order 7/ü")
 	bin := msg(dest, "43", "k", "\x00\x01binary")
 	for i, err := range p.Publish(testCtx(t), []*sink.Message{m, bin}) {
 		if err != nil {
@@ -53,6 +54,7 @@ func TestRequestShape(t *testing.T) {
 		"X-Outbox-Aggregate-Id": "order-7",
 		"X-Outbox-X-Trace":      "abc def",
 		"User-Agent":            userAgent,
+		KeyHeader:               "order%207%2F%C3%BC",
 	}
 	for k, want := range checks {
 		if v := r.Header.Get(k); v != want {

@@ -22,6 +22,10 @@ import (
 // header.
 const HeaderPrefix = "X-Outbox-"
 
+// KeyHeader carries the message key, percent-encoded as a URL path segment
+// (RFC 3986), so that any bytes survive.
+const KeyHeader = HeaderPrefix + "Key"
+
 // urlTemplate renders Config.URL for one destination.
 type urlTemplate struct {
 	// whole is true when the template is just the placeholder: the
@@ -141,6 +145,9 @@ func (p *Publisher) newRequest(ctx context.Context, m *sink.Message) (*http.Requ
 	}
 	req.Header.Set("Content-Type", ct)
 	p.setCommon(req, m)
+	if m.Key != nil {
+		req.Header.Set(KeyHeader, url.PathEscape(string(m.Key)))
+	}
 	for _, h := range m.Headers {
 		name := headerName(h.Key)
 		if !validHeaderName(name) {
