@@ -37,7 +37,8 @@ const placeholder = "{destination}"
 
 // Config configures one webhook sink (the sink's `webhook:` block).
 type Config struct {
-	// Preset is "" (a plain webhook) or "ably" (Ably's REST publish API).
+	// Preset is "" or "none" (a plain webhook), or "ably" (Ably's REST
+	// publish API).
 	Preset string `yaml:"preset"`
 	// URL is where messages are sent; "{destination}" in it is replaced by
 	// the route's destination. Not used by the ably preset.
@@ -114,6 +115,9 @@ const (
 // Defaults fills zero values.
 func (c *Config) Defaults() {
 	c.Preset = strings.ToLower(strings.TrimSpace(c.Preset))
+	if c.Preset == "none" {
+		c.Preset = PresetNone
+	}
 	if c.Method == "" {
 		c.Method = DefaultMethod
 	}

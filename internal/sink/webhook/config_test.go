@@ -37,6 +37,7 @@ func TestProblems(t *testing.T) {
 	}{
 		{"valid", Config{URL: "https://h/hooks/{destination}"}, nil},
 		{"whole URL", Config{URL: "{destination}"}, nil},
+		{"preset none", Config{Preset: "none", URL: "https://h/"}, nil},
 		{"valid ably", Config{Preset: "ably", Ably: Ably{APIKey: "a.b:c"}}, nil},
 		{"no url", Config{}, []string{"url"}},
 		{"relative url", Config{URL: "/hooks/{destination}"}, []string{"url"}},
