@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/sink/kafka"
 	"github.com/outbox-relay/outbox-relay/internal/sink/mqtt"
 	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
+	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
 
 // newSink connects the sink of one configuration entry.
@@ -24,6 +25,8 @@ func (a *App) newSink(name string, sc config.Sink) (sink.Publisher, error) {
 		return rabbitmq.New(*sc.RabbitMQ, rabbitmq.WithLogger(log))
 	case "mqtt":
 		return mqtt.New(*sc.MQTT, mqtt.WithLogger(log))
+	case "webhook":
+		return webhook.New(*sc.Webhook, webhook.WithLogger(log))
 	}
 	return nil, fmt.Errorf("type %q is not supported", sc.Type)
 }

@@ -5,6 +5,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/sink/mqtt"
 	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
+	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
 
 // Config is the whole relay configuration.
@@ -52,7 +53,7 @@ type Database struct {
 // every other type keeps its settings in a block named after it
 // (sinks.<name>.rabbitmq, ...), defined by its package under internal/sink.
 type Sink struct {
-	Type             string   `yaml:"type"` // kafka|rabbitmq|mqtt
+	Type             string   `yaml:"type"` // kafka|rabbitmq|mqtt|webhook
 	Brokers          []string `yaml:"brokers"`
 	ClientID         string   `yaml:"client_id"`          // default "outbox-relay"
 	MaxMessageBytes  int      `yaml:"max_message_bytes"`  // default 1000000
@@ -66,6 +67,7 @@ type Sink struct {
 
 	RabbitMQ *rabbitmq.Config `yaml:"rabbitmq"`
 	MQTT     *mqtt.Config     `yaml:"mqtt"`
+	Webhook  *webhook.Config  `yaml:"webhook"`
 }
 
 // SASL authenticates to Kafka.

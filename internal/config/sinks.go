@@ -26,13 +26,17 @@ func (s *Sink) block() sinkBlock {
 		if s.MQTT != nil {
 			return s.MQTT
 		}
+	case "webhook":
+		if s.Webhook != nil {
+			return s.Webhook
+		}
 	}
 	return nil
 }
 
 // blocks lists the type blocks that are set, by key.
 func (s *Sink) blocks() map[string]bool {
-	return map[string]bool{"rabbitmq": s.RabbitMQ != nil, "mqtt": s.MQTT != nil}
+	return map[string]bool{"rabbitmq": s.RabbitMQ != nil, "mqtt": s.MQTT != nil, "webhook": s.Webhook != nil}
 }
 
 // kafkaFields lists the Kafka-only fields that are set.

@@ -3,6 +3,8 @@ package relay
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/sink"
 )
 
 // Backoff is an exponential schedule with jitter.
@@ -32,4 +34,18 @@ func (b Backoff) Delay(attempts int) time.Duration {
 	}
 	half := d / 2
 	return half + rand.N(d-half+1)
+}
+
+// retryDelay is the wait before the next attempt: the schedule's, or longer
+// when the sink's server asked for more (Retry-After), capped at the
+// schedule's maximum so that a server cannot park a row for hours.
+func retryDelay(b Backoff, attempts int, err error) time.Duration {
+	d := b.Delay(attempts)
+	if after, ok := sink.RetryAfter(err); ok && after > d {
+		d = after
+		if b.Max > 0 && d > b.Max {
+			d = b.Max
+		}
+	}
+	return d
 }

@@ -1,9 +1,12 @@
 package relay
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/sink"
 )
 
 // sampleDelay draws n delays and returns the smallest and largest.
@@ -163,5 +166,22 @@ func TestBackoffDelayTinyDurations(t *testing.T) {
 		if d := one.Delay(a); d != time.Nanosecond {
 			t.Errorf("Delay(%d) with Initial = Max = 1ns = %v, want 1ns", a, d)
 		}
+	}
+}
+
+func TestRetryDelayHonoursRetryAfter(t *testing.T) {
+	b := Backoff{Initial: 10 * time.Millisecond, Max: time.Minute}
+	plain := errors.New("503")
+	if d := retryDelay(b, 1, plain); d > 10*time.Millisecond {
+		t.Fatalf("no Retry-After: delay %v, want the schedule's (<= 10ms)", d)
+	}
+	if d := retryDelay(b, 1, sink.WithRetryAfter(plain, 30*time.Second)); d != 30*time.Second {
+		t.Fatalf("Retry-After 30s: delay %v", d)
+	}
+	if d := retryDelay(b, 1, sink.WithRetryAfter(plain, time.Hour)); d != time.Minute {
+		t.Fatalf("Retry-After beyond backoff.max: delay %v, want the cap %v", d, time.Minute)
+	}
+	if d := retryDelay(b, 1, sink.WithRetryAfter(plain, time.Millisecond)); d > 10*time.Millisecond {
+		t.Fatalf("a shorter Retry-After must not stretch the schedule: %v", d)
 	}
 }

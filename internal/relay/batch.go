@@ -272,7 +272,7 @@ func (w *Worker) decide(f *inflight, msgs []*sink.Message, errs []error, state [
 				continue
 			}
 			f.outcome.Retry = append(f.outcome.Retry, source.Retry{Index: i, Attempts: attempts,
-				At: time.Now().Add(w.o.Backoff.Delay(attempts)), Err: err.Error()})
+				At: time.Now().Add(retryDelay(w.o.Backoff, attempts, err)), Err: err.Error()})
 		}
 	}
 }
