@@ -117,6 +117,17 @@ type Source struct {
 	// InstallTrigger lets the relay create the NOTIFY trigger on the table
 	// when its role may. Default true.
 	InstallTrigger *bool `yaml:"install_trigger"`
+	// ManageTable makes the relay create and upgrade the outbox table itself
+	// (migrate, and at start), for layouts whose table the relay owns: the
+	// kafka_outbox table of preset kafka-outbox. Default true for that
+	// preset, false otherwise.
+	ManageTable *bool `yaml:"manage_table"`
+	// ClaimTimeout bounds how long a claim may stay open: the database ends
+	// a claim of this relay that is idle longer (a hung relay), and a row
+	// that another relay marked claimed (state.batch_id and
+	// state.claimed_at) without finishing it is taken back once its claim
+	// is older. Default 10m.
+	ClaimTimeout Duration `yaml:"claim_timeout"`
 }
 
 // Route sends the events that meet its conditions to another sink. Every
@@ -192,6 +203,18 @@ type State struct {
 	Pending     string   `yaml:"pending"`
 	Published   string   `yaml:"published"`
 	Failed      string   `yaml:"failed"`
+	// Errored is a boolean or integer column that marks a dead-lettered
+	// row: a row is pending only while it is false (0), and a dead letter
+	// sets it true (1). Replaying the dead letter clears it.
+	Errored string `yaml:"errored"`
+	// BatchID and ClaimedAt are the columns a relay records its claims in
+	// (kafka_outbox's batch_id and push_started_at): an acknowledged row
+	// gets the claim's batch id and time. A row another relay claimed and
+	// never finished (batch id set, not delivered) is pending again once
+	// its claim is older than the source's claim_timeout. Set both or
+	// neither.
+	BatchID   string `yaml:"batch_id"`
+	ClaimedAt string `yaml:"claimed_at"`
 }
 
 // Duration is a time.Duration written as "250ms", "1m".

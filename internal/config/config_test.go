@@ -53,6 +53,17 @@ var goodFixtures = map[string]struct {
 		},
 		check: checkEnv,
 	},
+	"kafka_outbox.good.yaml": {
+		check: func(t *testing.T, c *Config) {
+			managed, unmanaged := c.Sources[0], c.Sources[1]
+			if managed.ManageTable == nil || !*managed.ManageTable || managed.ClaimTimeout != Duration(10*time.Minute) {
+				t.Errorf("preset kafka-outbox: manage_table %v, claim_timeout %s; want true and 10m", managed.ManageTable, managed.ClaimTimeout)
+			}
+			if unmanaged.ManageTable == nil || *unmanaged.ManageTable || unmanaged.ClaimTimeout != Duration(2*time.Minute) {
+				t.Errorf("manage_table: false kept as %v, claim_timeout %s", unmanaged.ManageTable, unmanaged.ClaimTimeout)
+			}
+		},
+	},
 	"database_url.good.yaml": {
 		env: map[string]string{"DATABASE_URL": "postgres://from-url/app"},
 		check: func(t *testing.T, c *Config) {
@@ -136,6 +147,13 @@ var badFixtures = map[string][]string{
 		`sources[0].routes[3].topic:`,
 	},
 	"duplicate_key.bad.yaml": {`sources[0].table: duplicate key "table" (line 8, first set at line 7)`},
+	"kafka_outbox.bad.yaml": {
+		`sources[0].manage_table: only preset kafka-outbox has a table the relay manages, got preset "status"`,
+		`sources[1].table: a managed table must be a plain lower-case identifier`,
+		`sources[2].claim_timeout: must be at least 1s, got 10ms`,
+		`sources[3].layout.state.errored: not used with mode delete`,
+		`sources[3].layout.state: set both batch_id and claimed_at, or neither`,
+	},
 }
 
 func TestFixtures(t *testing.T) {
@@ -198,7 +216,7 @@ func TestFixtures(t *testing.T) {
 
 func checkMinimal(t *testing.T, c *Config) {
 	t.Helper()
-	yes := true
+	yes, no := true, false
 	want := &Config{
 		RelaySchema: "outbox_relay",
 		Log:         Log{Level: "info", Format: "json"},
@@ -232,6 +250,8 @@ func checkMinimal(t *testing.T, c *Config) {
 			Poll:           Poll{Min: Duration(50 * time.Millisecond), Max: Duration(time.Second)},
 			Notify:         "auto",
 			InstallTrigger: &yes,
+			ManageTable:    &no,
+			ClaimTimeout:   Duration(10 * time.Minute),
 		}},
 	}
 	if !reflect.DeepEqual(c, want) {

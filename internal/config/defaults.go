@@ -33,6 +33,11 @@ const (
 	DefaultPollMax          = time.Second
 	DefaultNotify           = "auto"
 	DefaultDiscoverInterval = time.Minute
+	DefaultClaimTimeout     = 10 * time.Minute
+
+	// ManagedTablePreset is the preset whose table the relay creates and
+	// upgrades itself (manage_table defaults to true for it).
+	ManagedTablePreset = "kafka-outbox"
 )
 
 // DefaultDiscoverTables returns the table names discovery looks for when
@@ -110,6 +115,10 @@ func (c *Config) sourceDefaults(d defaulter, i int) {
 	if s.InstallTrigger == nil {
 		s.InstallTrigger = ptr(true)
 	}
+	if s.ManageTable == nil {
+		s.ManageTable = ptr(s.Preset == ManagedTablePreset && s.Discover == nil)
+	}
+	d.dur(&s.ClaimTimeout, p+".claim_timeout", DefaultClaimTimeout)
 	if s.Discover != nil {
 		disc := *s.Discover // copy: the caller may share the pointer
 		if len(disc.Tables) == 0 {

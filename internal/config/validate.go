@@ -163,6 +163,36 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 	ordered(ps, p+".backoff", "initial", "max", s.Backoff.Initial, s.Backoff.Max)
 	ordered(ps, p+".poll", "min", "max", s.Poll.Min, s.Poll.Max)
 	oneOf(ps, p+".notify", s.Notify, notifyModes, true)
+	if s.ClaimTimeout < Duration(time.Second) {
+		ps.add(p+".claim_timeout", "must be at least 1s, got %s", s.ClaimTimeout)
+	}
+	validateManageTable(ps, p, s)
+}
+
+// validateManageTable checks that a managed table is one the relay knows how
+// to create, named plainly (its version table is named after it).
+func validateManageTable(ps *problems, p string, s *Source) {
+	if s.ManageTable == nil || !*s.ManageTable {
+		return
+	}
+	if s.Preset != ManagedTablePreset {
+		ps.add(p+".manage_table", "only preset %s has a table the relay manages, got preset %q", ManagedTablePreset, s.Preset)
+		return
+	}
+	if s.Table == "" {
+		ps.add(p+".manage_table", "needs table (a discovered table is not managed)")
+		return
+	}
+	schema, table, err := ParseTableName(s.Table)
+	if err != nil {
+		return // reported on .table
+	}
+	for _, id := range []string{schema, table} {
+		if err := checkPlainIdent(id); err != nil {
+			ps.add(p+".table", "a managed table %v", err)
+			return
+		}
+	}
 }
 
 func (c *Config) validateRoute(ps *problems, p string, r *Route) {
@@ -209,6 +239,12 @@ func validateLayout(ps *problems, p string, l *Layout) {
 	checkTemplate(ps, p+".key", l.Key)
 	checkTemplate(ps, p+".partition_key", l.PartitionKey)
 	checkTemplate(ps, p+".order_key", l.OrderKey)
+	if l.State.Errored != "" && l.State.Mode == "delete" {
+		ps.add(p+".state.errored", "not used with mode delete (a dead-lettered row is deleted)")
+	}
+	if (l.State.BatchID == "") != (l.State.ClaimedAt == "") {
+		ps.add(p+".state", "set both batch_id and claimed_at, or neither")
+	}
 }
 
 // checkTemplate reports a template field that does not parse.

@@ -49,6 +49,29 @@ type Layout struct {
 	Pending     string
 	Published   string
 	Failed      string
+
+	// Errored, when set, marks dead-lettered rows: pending rows hold
+	// ErroredValue(false), dead letters ErroredValue(true).
+	Errored Column
+	// BatchID and ClaimedAt record an acknowledged row's claim; a row
+	// another relay claimed and never finished is pending again once its
+	// ClaimedAt is older than the claim timeout. Both set or neither.
+	BatchID, ClaimedAt Column
+}
+
+// ErroredValue is the SQL constant of the errored flag: a boolean column
+// holds true/false, an integer column 1/0.
+func (l *Layout) ErroredValue(on bool) string {
+	if l.Errored.Type == "boolean" || l.Errored.Type == "bool" {
+		if on {
+			return "true"
+		}
+		return "false"
+	}
+	if on {
+		return "1"
+	}
+	return "0"
 }
 
 // FieldError names the layout field that is wrong.
@@ -104,6 +127,9 @@ func Merge(preset string, over config.Layout, topic string) (config.Layout, map[
 	set("state.pending", &l.State.Pending, over.State.Pending)
 	set("state.published", &l.State.Published, over.State.Published)
 	set("state.failed", &l.State.Failed, over.State.Failed)
+	set("state.errored", &l.State.Errored, over.State.Errored)
+	set("state.batch_id", &l.State.BatchID, over.State.BatchID)
+	set("state.claimed_at", &l.State.ClaimedAt, over.State.ClaimedAt)
 	if len(over.State.PublishedAt) > 0 {
 		l.State.PublishedAt = over.State.PublishedAt
 		explicit["state.published_at"] = true
@@ -220,6 +246,9 @@ func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Col
 	default:
 		return nil, &FieldError{"state.mode", fmt.Sprintf("must be flag, timestamp, status or delete, got %q", l.State.Mode)}
 	}
+	if err := resolveClaimState(out, l.State, explicit, byName, missing); err != nil {
+		return nil, err
+	}
 
 	tmpl := func(field, src string, required bool) (config.Template, error) {
 		if src == "" {
@@ -264,4 +293,54 @@ func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Col
 		}
 	}
 	return out, nil
+}
+
+// resolveClaimState fills the errored flag and the claim columns. They are
+// optional: a preset's column the table lacks is dropped, one the source
+// named itself must exist.
+func resolveClaimState(out *Layout, st config.State, explicit map[string]bool, byName map[string]Column, missing func(field, col string) error) error {
+	pick := func(field, name string) (Column, error) {
+		if name == "" {
+			return Column{}, nil
+		}
+		c, ok := byName[name]
+		if !ok {
+			if explicit[field] {
+				return Column{}, missing(field, name)
+			}
+			return Column{}, nil
+		}
+		return c, nil
+	}
+	var err error
+	if out.Errored, err = pick("state.errored", st.Errored); err != nil {
+		return err
+	}
+	if out.Errored.Name != "" {
+		if out.Mode == "delete" {
+			return &FieldError{"state.errored", "not used with mode delete (a dead-lettered row is deleted)"}
+		}
+		if !flagType(out.Errored.Type) {
+			return &FieldError{"state.errored", fmt.Sprintf("column %q is %s; want a boolean or integer column", out.Errored.Name, out.Errored.Type)}
+		}
+	}
+	if out.BatchID, err = pick("state.batch_id", st.BatchID); err != nil {
+		return err
+	}
+	if out.ClaimedAt, err = pick("state.claimed_at", st.ClaimedAt); err != nil {
+		return err
+	}
+	if (out.BatchID.Name == "") != (out.ClaimedAt.Name == "") {
+		return &FieldError{"state", "batch_id and claimed_at need each other: found only one of them in the table"}
+	}
+	if out.BatchID.Name != "" && out.Mode == "delete" {
+		return &FieldError{"state.batch_id", "not used with mode delete (an acknowledged row is deleted)"}
+	}
+	return nil
+}
+
+// flagType says whether a column type can hold the errored flag.
+func flagType(t string) bool {
+	t = strings.ToLower(t)
+	return t == "boolean" || t == "bool" || strings.Contains(t, "int")
 }

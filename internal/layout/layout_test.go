@@ -103,7 +103,7 @@ var (
 )
 
 func TestPresetNames(t *testing.T) {
-	want := []string{"delete", "prisma", "published-flag", "status"}
+	want := []string{"delete", "kafka-outbox", "prisma", "published-flag", "status"}
 	if got := PresetNames(); !slices.Equal(got, want) {
 		t.Errorf("PresetNames() = %v, want %v", got, want)
 	}
@@ -111,7 +111,7 @@ func TestPresetNames(t *testing.T) {
 
 func TestMergeUnknownPreset(t *testing.T) {
 	l, explicit, err := Merge("outbox", config.Layout{ID: "id"}, "")
-	wantFieldError(t, err, "preset", `unknown preset "outbox" (have: delete, prisma, published-flag, status)`)
+	wantFieldError(t, err, "preset", `unknown preset "outbox" (have: delete, kafka-outbox, prisma, published-flag, status)`)
 	if explicit != nil {
 		t.Errorf("explicit = %v with an error, want nil", explicit)
 	}
@@ -152,7 +152,8 @@ func TestMergeEveryOverrideIsExplicit(t *testing.T) {
 		ID: "i", Payload: "p", PayloadFormat: "json", Topic: "{t}", Key: "{k}", PartitionKey: "{pk}", OrderKey: "{ok}",
 		Headers: "h", EventType: "et", AggregateType: "at", AggregateID: "ai", CreatedAt: "ca", OrderBy: "ob",
 		XIDColumn: "x", RetryCount: "rc", MaxRetries: "mr", Error: "e",
-		State: config.State{Mode: "status", Flag: "f", PublishedAt: []string{"pa"}, Status: "s", Pending: "P", Published: "D", Failed: "F"},
+		State: config.State{Mode: "status", Flag: "f", PublishedAt: []string{"pa"}, Status: "s", Pending: "P", Published: "D", Failed: "F",
+			Errored: "er", BatchID: "b", ClaimedAt: "c"},
 	}
 	for _, preset := range append(PresetNames(), "") {
 		l, explicit, err := Merge(preset, over, "")
@@ -165,7 +166,7 @@ func TestMergeEveryOverrideIsExplicit(t *testing.T) {
 		want := []string{
 			"aggregate_id", "aggregate_type", "created_at", "error", "event_type", "headers", "id", "key",
 			"max_retries", "order_by", "order_key", "partition_key", "payload", "payload_format", "retry_count",
-			"state.failed", "state.flag", "state.mode", "state.pending", "state.published", "state.published_at",
+			"state.batch_id", "state.claimed_at", "state.errored", "state.failed", "state.flag", "state.mode", "state.pending", "state.published", "state.published_at",
 			"state.status", "topic", "xid_column",
 		}
 		var got []string

@@ -42,6 +42,21 @@ var Presets = map[string]config.Layout{
 		State: config.State{Mode: "status", Status: "status", Pending: "pending", Published: "published", Failed: "failed",
 			PublishedAt: []string{"publishedAt"}},
 	},
+	// kafka-outbox: the kafka_outbox table the relay owns and migrates in the
+	// application's database (seed 004): a JSON payload in a text column,
+	// JSON headers as text ('' for none), topic, key and partition key
+	// columns ('' for none; the partition key falls back to the key),
+	// push_completed_at set on delivery, push_attempts counting failures,
+	// errored and error_reason marking dead letters, and the claim recorded
+	// in batch_id and push_started_at.
+	"kafka-outbox": {
+		ID: "id", Payload: "payload_json", PayloadFormat: "json",
+		Topic: "{topic}", Key: "{key}", PartitionKey: "{partition_key}",
+		Headers: "payload_headers", CreatedAt: "created_at", OrderBy: "id",
+		RetryCount: "push_attempts", Error: "error_reason",
+		State: config.State{Mode: "timestamp", PublishedAt: []string{"push_completed_at"},
+			Errored: "errored", BatchID: "batch_id", ClaimedAt: "push_started_at"},
+	},
 	// delete: rows are deleted once delivered; topic and key columns.
 	"delete": {
 		ID: "id", Payload: "payload", PayloadFormat: "json",
