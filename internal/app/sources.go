@@ -138,7 +138,8 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 	ordering := cs.Ordering == nil || *cs.Ordering
 	return &Source{
 		Name: name, Index: i, Config: cs, Pool: pool, DSN: a.cfg.Databases[cs.Database].DSN, Table: t, Layout: l, Routes: routes,
-		Store: postgres.New(pool, postgres.Options{Source: name, Table: t, RelaySchema: a.cfg.RelaySchema, Layout: l, Ordering: ordering}),
+		Store: postgres.New(pool, postgres.Options{Source: name, Table: t, RelaySchema: a.cfg.RelaySchema, Layout: l, Ordering: ordering,
+			ClaimTimeout: cs.ClaimTimeout.D()}),
 	}, nil
 }
 

@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -21,7 +22,8 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // statements is the SQL of one source, built once from its layout.
 type statements struct {
 	claim         string
-	ack           string // $1 ids
+	ack           string // $1 ctids, and $2 the batch id when the layout records claims
+	ackBatchID    bool
 	dead          string // $1 ids, $2 reasons
 	retryRow      string // $1 ids, $2 attempts, $3 errors; empty when the table has no retry columns
 	retryState    string // $1 source, $2 ids, $3 order keys, $4 attempts, $5 next, $6 errors
@@ -92,21 +94,52 @@ func orderKeySQL(l *layout.Layout, alias string) string {
 	return "COALESCE(" + strings.Join(parts, ", ") + ", '')"
 }
 
-// pendingPredicate is the WHERE condition of rows not yet delivered.
+// pendingPredicate is the WHERE condition of rows not yet delivered nor
+// dead-lettered.
 func pendingPredicate(l *layout.Layout, alias string) string {
+	var p string
 	switch l.Mode {
 	case "flag":
-		return col(alias, l.Flag) + " = false"
+		p = col(alias, l.Flag) + " = false"
 	case "timestamp":
-		return col(alias, l.PublishedAt) + " IS NULL"
+		p = col(alias, l.PublishedAt) + " IS NULL"
 	case "status":
-		return col(alias, l.Status) + " = " + quoteLiteral(l.Pending)
+		p = col(alias, l.Status) + " = " + quoteLiteral(l.Pending)
 	default: // delete: every row present is pending
-		return "true"
+		p = "true"
 	}
+	if l.Errored.Name != "" {
+		p += " AND " + col(alias, l.Errored.Name) + " = " + l.ErroredValue(false)
+	}
+	return p
 }
 
-func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool) statements {
+// attemptsSQL is a row's failed attempts: the relay's retry state, else the
+// table's own retry counter (which another relay may have kept), else 0.
+func attemptsSQL(l *layout.Layout) string {
+	if l.RetryCount == "" {
+		return "COALESCE(r.attempts, 0)"
+	}
+	return "COALESCE(r.attempts, " + col("o", l.RetryCount) + "::int, 0)"
+}
+
+// nullIfEmpty makes an empty text NULL: an empty key is no key, empty
+// headers are none.
+func nullIfEmpty(expr string) string {
+	if expr == "" {
+		return ""
+	}
+	return "NULLIF(" + expr + ", '')"
+}
+
+func optColIfSet(alias, name, cast string) string {
+	if name == "" {
+		return ""
+	}
+	return col(alias, name) + cast
+}
+
+func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration) statements {
 	rs := QuoteIdent(relaySchema)
 	id := col("o", l.ID.Name)
 	idArr := "$1::text[]::" + l.ID.Type + "[]"
@@ -116,16 +149,16 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool)
 		id + "::text",
 		payloadSQL(l),
 		templateSQL(l.Topic, "o"),
-		orDefault(templateIfSet(l.Key)),
+		orDefault(nullIfEmpty(templateIfSet(l.Key))),
 		orDefault(templateIfSet(l.PartitionKey)),
 		orderKeySQL(l, "o"),
-		optCol("o", l.Headers, "::text"),
+		orDefault(nullIfEmpty(optColIfSet("o", l.Headers, "::text"))),
 		optCol("o", l.EventType, "::text"),
 		optCol("o", l.AggregateType, "::text"),
 		optCol("o", l.AggregateID, "::text"),
 		optCol("o", l.CreatedAt, "::timestamptz"),
 		optCol("o", l.MaxRetries, "::int"),
-		"COALESCE(r.attempts, 0)",
+		attemptsSQL(l),
 		"o.ctid",
 	}
 	for _, t := range l.Extra {
@@ -134,6 +167,12 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool)
 	where := []string{
 		pendingPredicate(l, "o"),
 		"(r.next_attempt_at IS NULL OR r.next_attempt_at <= now())",
+	}
+	if l.BatchID.Name != "" {
+		// A row another relay marked claimed is skipped until its claim
+		// is older than the claim timeout: that relay died mid-batch.
+		where = append(where, fmt.Sprintf("(%s IS NULL OR %s IS NULL OR %s < now() - make_interval(secs => %d))",
+			col("o", l.BatchID.Name), col("o", l.ClaimedAt.Name), col("o", l.ClaimedAt.Name), int64(claimTimeout/time.Second)))
 	}
 	if l.XID != "" {
 		// Only rows whose inserting transaction is older than every running
@@ -165,6 +204,14 @@ FOR UPDATE OF o SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, id, 
 		s.ack = "DELETE FROM " + table + " o WHERE o.ctid = ANY($1::tid[])"
 		s.dead = "DELETE FROM " + table + " o WHERE " + id + " = ANY(" + idArr + ")"
 	} else {
+		if l.BatchID.Name != "" {
+			// The claim is recorded as the original relay records it:
+			// the batch's id and when it was claimed (the transaction's
+			// start, now()).
+			setPublished += ", " + QuoteIdent(l.BatchID.Name) + " = $2::text::" + l.BatchID.Type +
+				", " + QuoteIdent(l.ClaimedAt.Name) + " = now()"
+			s.ackBatchID = true
+		}
 		s.ack = "UPDATE " + table + " o SET " + setPublished + " WHERE o.ctid = ANY($1::tid[])"
 		deadSet := setDead
 		if l.Error != "" {
@@ -254,19 +301,35 @@ func stateSets(l *layout.Layout) (published, dead, pending string) {
 		dd = append(dd, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Failed))
 		pend = append(pend, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Pending))
 	case "timestamp":
-		// The timestamp is the only state there is: a dead letter sets it
-		// too, and failed_events records the failure.
-		dd = append(dd, QuoteIdent(l.PublishedAt)+" = now()")
+		// Without an errored flag the timestamp is the only state there
+		// is: a dead letter sets it too, and failed_events records the
+		// failure.
+		if l.Errored.Name == "" {
+			dd = append(dd, QuoteIdent(l.PublishedAt)+" = now()")
+		}
+	}
+	if l.Errored.Name != "" {
+		// The flag alone takes a dead letter out of the pending set; a
+		// flag or timestamp column keeps saying it was never published.
+		if l.Mode == "flag" {
+			dd = dd[:0]
+		}
+		dd = append(dd, QuoteIdent(l.Errored.Name)+" = "+l.ErroredValue(true))
+		pend = append(pend, QuoteIdent(l.Errored.Name)+" = "+l.ErroredValue(false))
 	}
 	if l.PublishedAt != "" {
-		pub = append(pub, QuoteIdent(l.PublishedAt)+" = now()")
+		pub = append(pub, QuoteIdent(l.PublishedAt)+" = statement_timestamp()")
 		pend = append(pend, QuoteIdent(l.PublishedAt)+" = NULL")
 	}
 	if l.RetryCount != "" {
 		pend = append(pend, QuoteIdent(l.RetryCount)+" = 0")
 	}
 	if l.Error != "" {
-		pend = append(pend, QuoteIdent(l.Error)+" = NULL")
+		// The column's default: NULL, or '' for a NOT NULL column.
+		pend = append(pend, QuoteIdent(l.Error)+" = DEFAULT")
+	}
+	if l.BatchID.Name != "" {
+		pend = append(pend, QuoteIdent(l.BatchID.Name)+" = NULL", QuoteIdent(l.ClaimedAt.Name)+" = NULL")
 	}
 	return strings.Join(pub, ", "), strings.Join(dd, ", "), strings.Join(pend, ", ")
 }

@@ -7,6 +7,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -34,19 +36,35 @@ type Options struct {
 	RelaySchema string
 	Layout      *layout.Layout
 	Ordering    bool
+	// ClaimTimeout ends a claim left idle longer (the database closes its
+	// connection, so a hung relay's rows go back to the pending set), and
+	// is how old another relay's unfinished claim must be before its rows
+	// are taken back. Zero means config.DefaultClaimTimeout.
+	ClaimTimeout time.Duration
 }
 
 // Store is the PostgreSQL store of one source.
 type Store struct {
-	pool *pgxpool.Pool
-	opts Options
-	sql  statements
+	pool  *pgxpool.Pool
+	opts  Options
+	sql   statements
+	begin string
 }
 
 // New builds the store of one source; the layout must be resolved against the
 // table (see Columns).
 func New(pool *pgxpool.Pool, opts Options) *Store {
-	return &Store{pool: pool, opts: opts, sql: buildStatements(opts.Layout, opts.Table.String(), opts.RelaySchema, opts.Ordering)}
+	if opts.ClaimTimeout <= 0 {
+		opts.ClaimTimeout = config.DefaultClaimTimeout
+	}
+	opts.ClaimTimeout = max(opts.ClaimTimeout, time.Second)
+	return &Store{
+		pool: pool, opts: opts,
+		sql: buildStatements(opts.Layout, opts.Table.String(), opts.RelaySchema, opts.Ordering, opts.ClaimTimeout),
+		// The claim's transaction starts with its own idle limit, in the
+		// same round trip as BEGIN.
+		begin: fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", opts.ClaimTimeout.Milliseconds()),
+	}
 }
 
 // Columns describes the table's columns, for layout.Resolve.
@@ -76,7 +94,7 @@ ORDER BY a.attnum`, t.Schema, t.Name)
 
 // Claim implements source.Store.
 func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{})
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: s.begin})
 	if err != nil {
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}
@@ -86,6 +104,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
 	}
 	b := &batch{store: s, tx: tx}
+	if s.sql.ackBatchID {
+		b.id = newBatchID()
+	}
 	for rows.Next() {
 		b.rows = append(b.rows, source.Row{})
 		vals, fds := rows.RawValues(), rows.FieldDescriptions()
@@ -137,6 +158,7 @@ func (s *Store) RecordStats(ctx context.Context, st source.Stats) (source.Gauges
 type batch struct {
 	store *Store
 	tx    pgx.Tx
+	id    string // a uuid, recorded on acknowledged rows when the layout keeps claims
 	rows  []source.Row
 	ctids []pgtype.TID // the rows' addresses, for the acknowledgement
 }
@@ -164,7 +186,11 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 				clear = append(clear, r.ID)
 			}
 		}
-		q.Queue(s.sql.ack, tids)
+		if s.sql.ackBatchID {
+			q.Queue(s.sql.ack, tids, b.id)
+		} else {
+			q.Queue(s.sql.ack, tids)
+		}
 	}
 	if len(o.Retry) > 0 {
 		n := len(o.Retry)
@@ -235,4 +261,13 @@ func truncate(s string) string {
 		return s[:maxLen] + "..."
 	}
 	return s
+}
+
+// newBatchID returns a random (version 4) UUID.
+func newBatchID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
