@@ -123,7 +123,8 @@ func (a *App) Registry() *prometheus.Registry { return a.reg }
 // Pool returns the pool of the named database.
 func (a *App) Pool(name string) *pgxpool.Pool { return a.pools[name] }
 
-// Migrate applies the relay's migrations in every database.
+// Migrate applies the relay's migrations in every database, then those of
+// the outbox tables the relay manages (manage_table).
 func (a *App) Migrate(ctx context.Context) error {
 	for name := range a.pools {
 		m, err := postgres.NewMigrator(a.cfg.Databases[name].DSN, a.cfg.RelaySchema)
@@ -134,6 +135,27 @@ func (a *App) Migrate(ctx context.Context) error {
 		_ = m.Close()
 		if err != nil {
 			return fmt.Errorf("databases.%s: %w", name, err)
+		}
+		if err := MigrateTables(ctx, a.cfg, name); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MigrateTables creates or upgrades, in database db, the outbox tables of
+// the sources whose manage_table is on.
+func MigrateTables(ctx context.Context, cfg *config.Config, db string) error {
+	for i, s := range cfg.Sources {
+		if s.Database != db || s.ManageTable == nil || !*s.ManageTable || s.Table == "" {
+			continue
+		}
+		schema, table, err := config.ParseTableName(s.Table)
+		if err != nil {
+			return fmt.Errorf("sources[%d].table: %w", i, err)
+		}
+		if err := postgres.MigrateTable(ctx, cfg.Databases[db].DSN, postgres.Table{Schema: schema, Name: table}); err != nil {
+			return fmt.Errorf("sources[%d]: %w", i, err)
 		}
 	}
 	return nil

@@ -6,20 +6,26 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/app"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
 func newMigrate(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "migrate",
-		Short: "Create, upgrade or roll back the relay's own schema",
+		Short: "Create, upgrade or roll back the relay's own schema (up also creates and upgrades the outbox tables the relay manages)",
 	}
-	var all bool
+	var (
+		all    bool
+		loaded *config.Config // the configuration each is working through
+	)
 	each := func(fn func(name string, m *postgres.Migrator) error) error {
 		cfg, _, err := g.load()
 		if err != nil {
 			return err
 		}
+		loaded = cfg
 		names := make([]string, 0, len(cfg.Databases))
 		for n := range cfg.Databases {
 			names = append(names, n)
@@ -41,6 +47,9 @@ func newMigrate(g *globals) *cobra.Command {
 	up := &cobra.Command{Use: "up", Short: "Apply every pending migration", RunE: func(cmd *cobra.Command, _ []string) error {
 		return each(func(n string, m *postgres.Migrator) error {
 			if err := m.Up(cmd.Context()); err != nil {
+				return err
+			}
+			if err := app.MigrateTables(cmd.Context(), loaded, n); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "%s: up to date\n", n)
