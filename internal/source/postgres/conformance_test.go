@@ -1,0 +1,250 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/sourcetest"
+)
+
+// TestConformance runs the store conformance suite on PostgreSQL.
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	dsn, pool := migrated(t)
+	sourcetest.Run(t, &pgHarness{dsn: dsn, pool: pool})
+}
+
+// pgHarness makes each table in a schema of its own, in one migrated
+// database.
+type pgHarness struct {
+	dsn  string
+	pool *pgxpool.Pool
+}
+
+func (h *pgHarness) Presets() []string { return []string{"delete", "status", "kafka-outbox"} }
+
+// The tables of the presets, with every column each preset names. created_at
+// takes clock_timestamp() so that rows inserted in one transaction still
+// sort in insertion order.
+const (
+	deleteTable = `CREATE TABLE %s (
+  id bigserial PRIMARY KEY,
+  topic text,
+  key text,
+  payload jsonb NOT NULL
+)`
+	statusTable = `CREATE TABLE %s (
+  id uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+  aggregate_type varchar(100) NOT NULL DEFAULT 'Test',
+  aggregate_id text,
+  event_type varchar(100) NOT NULL DEFAULT 'test.event',
+  topic varchar(100) NOT NULL,
+  partition_key varchar(100),
+  payload jsonb NOT NULL,
+  headers jsonb,
+  status varchar(20) NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'published', 'failed')),
+  retry_count smallint NOT NULL DEFAULT 0,
+  max_retries smallint NOT NULL DEFAULT 5,
+  published_at timestamptz,
+  created_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)`
+)
+
+func (h *pgHarness) NewTable(t *testing.T, preset string) sourcetest.Table {
+	t.Helper()
+	ctx := context.Background()
+	schema := "st_" + pgtest.Suffix()
+	pgtest.Exec(t, h.pool, "CREATE SCHEMA "+schema)
+	t.Cleanup(func() { _, _ = h.pool.Exec(context.Background(), "DROP SCHEMA "+schema+" CASCADE") })
+	tbl := postgres.Table{Schema: schema, Name: "outbox"}
+	switch preset {
+	case "delete":
+		pgtest.Exec(t, h.pool, sprintf(deleteTable, tbl))
+	case "status":
+		pgtest.Exec(t, h.pool, sprintf(statusTable, tbl))
+	case "kafka-outbox":
+		// The relay's own migrations make it, as in production.
+		tbl.Name = "kafka_outbox"
+		if err := postgres.MigrateTable(ctx, h.dsn, tbl); err != nil {
+			t.Fatal(err)
+		}
+	default:
+		t.Fatalf("no table for preset %q", preset)
+	}
+	merged, explicit, err := layout.Merge(preset, config.Layout{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, err := postgres.Columns(ctx, h.pool, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := layout.Resolve(merged, explicit, tbl.String(), cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &pgTable{h: h, preset: preset, table: tbl, layout: l}
+}
+
+type pgTable struct {
+	h      *pgHarness
+	preset string
+	table  postgres.Table
+	layout *layout.Layout
+}
+
+func sprintf(format string, t postgres.Table) string {
+	return fmt.Sprintf(format, t.String())
+}
+
+func (tb *pgTable) Open(t *testing.T, o sourcetest.Options) sourcetest.Store {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(tb.h.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := "sourcetest_" + pgtest.Suffix()
+	pc.ConnConfig.RuntimeParams["application_name"] = app
+	pc.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &pgStore{
+		Store: postgres.New(pool, postgres.Options{Source: o.Source, Table: tb.table, RelaySchema: relaySchema,
+			Layout: tb.layout, Ordering: o.Ordering, ClaimTimeout: o.ClaimTimeout}),
+		admin: tb.h.pool, app: app,
+	}
+	t.Cleanup(func() {
+		// A batch a failed test left open would keep Close waiting: cut
+		// the connections first and close in the background.
+		s.kill(context.Background())
+		go pool.Close()
+	})
+	return s
+}
+
+// pgStore is a store whose connections carry a unique application_name,
+// by which Kill finds them.
+type pgStore struct {
+	*postgres.Store
+	admin *pgxpool.Pool
+	app   string
+}
+
+func (s *pgStore) kill(ctx context.Context) error {
+	_, err := s.admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", s.app)
+	return err
+}
+
+func (s *pgStore) Kill(t *testing.T) {
+	t.Helper()
+	if err := s.kill(context.Background()); err != nil {
+		t.Fatalf("kill connections: %v", err)
+	}
+}
+
+func (tb *pgTable) Insert(t *testing.T, rows ...sourcetest.Row) []string {
+	t.Helper()
+	var q string
+	switch tb.preset {
+	case "delete":
+		q = `INSERT INTO %s (topic, key, payload) VALUES ($1, NULLIF($2, ''), $3::jsonb) RETURNING id::text`
+	case "status":
+		q = `INSERT INTO %s (topic, aggregate_id, partition_key, payload, headers)
+VALUES ($1, NULLIF($2, ''), NULLIF($3, ''), $4::jsonb, NULLIF($5, '')::jsonb) RETURNING id::text`
+	case "kafka-outbox":
+		q = `INSERT INTO %s (topic, key, partition_key, payload_json, payload_headers) VALUES ($1, $2, $3, $4, $5) RETURNING id::text`
+	}
+	q = sprintf(q, tb.table)
+	ids := make([]string, len(rows))
+	for i, r := range rows {
+		args := []any{r.Topic, r.Key, r.PartitionKey, r.Payload, r.Headers}
+		if tb.preset == "delete" {
+			args = []any{r.Topic, r.Key, r.Payload}
+		}
+		if err := tb.h.pool.QueryRow(context.Background(), q, args...).Scan(&ids[i]); err != nil {
+			t.Fatalf("insert: %v", err)
+		}
+	}
+	return ids
+}
+
+func (tb *pgTable) State(t *testing.T, id string) sourcetest.RowState {
+	t.Helper()
+	var q string
+	switch tb.preset {
+	case "delete":
+		q = `SELECT true, false, false, 0, '', '', NULL::timestamptz FROM %s WHERE id = $1::bigint`
+	case "status":
+		q = `SELECT status = 'pending', status = 'published' AND published_at IS NOT NULL, status = 'failed', retry_count, '', '', NULL::timestamptz
+FROM %s WHERE id = $1::uuid`
+	case "kafka-outbox":
+		q = `SELECT push_completed_at IS NULL AND errored = 0, push_completed_at IS NOT NULL, errored = 1, push_attempts, error_reason,
+  COALESCE(batch_id, ''), push_started_at::timestamptz
+FROM %s WHERE id = $1::bigint`
+	}
+	st := sourcetest.RowState{Exists: true}
+	var claimed *time.Time
+	err := tb.h.pool.QueryRow(context.Background(), sprintf(q, tb.table), id).
+		Scan(&st.Pending, &st.Published, &st.Failed, &st.Attempts, &st.Error, &st.BatchID, &claimed)
+	if err == pgx.ErrNoRows {
+		return sourcetest.RowState{}
+	}
+	if err != nil {
+		t.Fatalf("row state: %v", err)
+	}
+	if claimed != nil {
+		st.ClaimedAt = *claimed
+	}
+	return st
+}
+
+func (tb *pgTable) DeadLetters(t *testing.T, id string) []sourcetest.DeadLetter {
+	t.Helper()
+	rows, err := tb.h.pool.Query(context.Background(), `SELECT failure_reason, failure_count FROM outbox_relay.failed_events
+WHERE source_schema = $1 AND source_table = $2 AND original_event_id = $3 ORDER BY created_at`, tb.table.Schema, tb.table.Name, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sourcetest.DeadLetter, error) {
+		var d sourcetest.DeadLetter
+		err := r.Scan(&d.Reason, &d.Attempts)
+		return d, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (tb *pgTable) Totals(t *testing.T, src string) source.Stats {
+	t.Helper()
+	var s source.Stats
+	err := tb.h.pool.QueryRow(context.Background(), `SELECT total_events_published, total_events_retried, total_events_dead_lettered,
+  COALESCE(last_published_event_id, '') FROM outbox_relay.relay_state WHERE source = $1`, src).
+		Scan(&s.Published, &s.Retried, &s.DeadLettered, &s.LastPublishedID)
+	if err != nil && err != pgx.ErrNoRows {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func (tb *pgTable) ClaimElsewhere(t *testing.T, id string, at time.Time) {
+	t.Helper()
+	_, err := tb.h.pool.Exec(context.Background(), sprintf(`UPDATE %s SET batch_id = gen_random_uuid()::text, push_started_at = $2::timestamptz
+WHERE id = $1::bigint`, tb.table), id, at)
+	if err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,144 @@
+// Package sourcetest is the conformance suite every source.Store
+// implementation passes against its real database. An implementation's
+// tests call Run with a Harness: the harness knows the SQL dialect (how to
+// create a table, insert a row, read its state, cut a connection), the suite
+// knows what a Store must do, and checks it for each layout preset the
+// harness supports.
+//
+// What the suite proves, per preset:
+//
+//   - claims return pending rows in the layout's order_by order, at most the
+//     limit, rendered (topic, key, partition key, headers, payload);
+//   - concurrent claimers never get the same row, and a held batch's rows
+//     are invisible to other claimers until it is released or completed;
+//   - Release gives rows back untouched;
+//   - Complete is atomic: published rows leave the pending set (deleted or
+//     marked), retried rows are not claimable before their time and are
+//     after it, with their attempts carried (in the database: a new Store
+//     sees them), dead rows are in the dead-letter table with their reason
+//     and, per layout, marked failed; rows in no list stay pending;
+//   - with ordering on, a key with a row in backoff has none of its later
+//     rows claimed while other keys flow; with ordering off they flow;
+//   - RecordStats adds to the source's counters and returns the backlog
+//     and dead-letter gauges;
+//   - a claim whose connection dies is taken back, and so is a claim left
+//     idle longer than the claim timeout; a row another relay marked
+//     claimed (layouts with state.batch_id) is taken back once that claim
+//     is older than the claim timeout, and an acknowledged row records
+//     the batch's id and claim time.
+//
+// The suite uses short real backoffs (about a second) rather than fake
+// clocks, and the database's own clock decides when a retry is due.
+package sourcetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
+
+// Harness gives the suite fresh outbox tables on a real database. It must be
+// safe for use by parallel tests.
+type Harness interface {
+	// Presets lists the layout presets (internal/layout) the suite runs
+	// for. Each must be one the implementation supports.
+	Presets() []string
+	// NewTable creates a fresh, empty outbox table shaped for preset,
+	// with every column the preset names (optional ones included), and
+	// whatever the relay's own tables need (relay state, dead letters,
+	// retry state). The table is dropped, or left to a dropped database,
+	// when t ends. Tables of different calls must not see each other's
+	// rows, dead letters or counters.
+	NewTable(t *testing.T, preset string) Table
+}
+
+// Table is one outbox table made by a Harness.
+type Table interface {
+	// Open builds a new Store on the table with its own database
+	// connections (so that Kill cuts only them). Each call is a new
+	// instance sharing nothing with earlier ones but the database: state
+	// the suite expects to survive a restart must live there.
+	Open(t *testing.T, o Options) Store
+	// Insert adds rows one after the other and returns their ids as the
+	// store reports them (source.Row.ID). Every row must sort after the
+	// rows inserted before it by the layout's order_by (a created_at
+	// column needs a clock that moves between rows, such as
+	// clock_timestamp() on PostgreSQL or DATETIME(6) with NOW(6) on
+	// MySQL). Empty Key, PartitionKey and Headers mean none, stored as
+	// the table stores "none" (NULL or '').
+	Insert(t *testing.T, rows ...Row) []string
+	// State reads the row with id as the layout records it.
+	State(t *testing.T, id string) RowState
+	// DeadLetters lists the dead-letter entries of the row with id.
+	DeadLetters(t *testing.T, id string) []DeadLetter
+	// Totals reads the counters the relay state keeps for the source
+	// named src (see Options.Source). Zero values when it has no row.
+	Totals(t *testing.T, src string) source.Stats
+	// ClaimElsewhere marks the row claimed by another relay at the given
+	// time, as the original kafka_outbox relay does: a batch id and the
+	// claim time, not yet delivered. Only called for presets whose layout
+	// has state.batch_id.
+	ClaimElsewhere(t *testing.T, id string, at time.Time)
+}
+
+// Options configure a Store opened by Table.Open.
+type Options struct {
+	// Source is the source's name: the key of its relay state, dead
+	// letters and retry state. The suite makes it unique per table.
+	Source string
+	// Ordering turns per-key order on.
+	Ordering bool
+	// ClaimTimeout is the store's claim timeout (config
+	// sources[].claim_timeout); zero means the default. A claim left
+	// idle longer must be ended by the database, and another relay's
+	// unfinished claim older than this is taken back.
+	ClaimTimeout time.Duration
+}
+
+// Store is a source.Store opened on a test table.
+type Store interface {
+	source.Store
+	// Kill cuts every database connection of this store at once, as a
+	// crash or a network failure would, without telling the store.
+	Kill(t *testing.T)
+}
+
+// Row is an outbox row to insert.
+type Row struct {
+	Topic        string
+	Key          string // "" for none
+	PartitionKey string // "" for none (ignored when the layout has no partition key)
+	Payload      string // JSON text
+	Headers      string // a JSON object, "" for none (ignored when the layout has no headers)
+}
+
+// RowState is a row as the table records it.
+type RowState struct {
+	Exists bool
+	// Pending is true while the row's state columns say it is still to
+	// be delivered (not published, not dead-lettered), whatever its
+	// backoff.
+	Pending bool
+	// Published is true once the row is marked delivered (flag,
+	// published timestamp or status).
+	Published bool
+	// Failed is true once the row is marked dead (status failed, or the
+	// errored flag).
+	Failed bool
+	// Attempts is the table's own retry counter (state retry_count),
+	// 0 when the layout has none.
+	Attempts int
+	// Error is the table's error column, "" when the layout has none.
+	Error string
+	// BatchID and ClaimedAt are the claim columns (layouts with
+	// state.batch_id): "" and zero when unset.
+	BatchID   string
+	ClaimedAt time.Time
+}
+
+// DeadLetter is one entry of the dead-letter table.
+type DeadLetter struct {
+	Reason   string
+	Attempts int
+}
