@@ -94,14 +94,17 @@ func (c Config) Problems() []sink.Problem {
 			add(field, "%v", err)
 		}
 	}
-	auth := 0
-	for _, set := range []bool{c.CredsFile != "", c.Token != "", c.User != "" || c.Password != ""} {
-		if set {
-			auth++
+	var auth []string
+	for _, a := range []struct {
+		field string
+		set   bool
+	}{{"creds_file", c.CredsFile != ""}, {"token", c.Token != ""}, {"user", c.User != "" || c.Password != ""}} {
+		if a.set {
+			auth = append(auth, a.field)
 		}
 	}
-	if auth > 1 {
-		add("creds_file", "give only one of creds_file, token, or user and password")
+	if len(auth) > 1 {
+		add(auth[1], "give only one of creds_file, token, or user and password")
 	}
 	if c.Password != "" && c.User == "" {
 		add("user", "required with password")
