@@ -8,7 +8,7 @@ SHELL := bash
 
 GO ?= go
 # Services `make services` brings up (see scripts/services.sh --help).
-SERVICES ?= postgres rabbitmq mosquitto
+SERVICES ?= postgres rabbitmq mosquitto nats redis
 
 .PHONY: help services demo test test-short test-race lint bench build
 
@@ -17,7 +17,7 @@ help: ## Show this help.
 		/^## / { sub(/^## /, ""); print; next } \
 		/^[a-zA-Z0-9_-]+:.*## / { if (!n++) print ""; printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-services: ## Start the local services the tests need (PostgreSQL, RabbitMQ, Mosquitto) if they are down.
+services: ## Start the local services the tests need (PostgreSQL, RabbitMQ, Mosquitto, NATS, Redis) if they are down.
 	@bash scripts/services.sh $(SERVICES)
 
 demo: services ## Run the relay demo against the local PostgreSQL.
