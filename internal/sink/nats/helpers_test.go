@@ -39,9 +39,20 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
+// requireServer skips t under -short: it needs the NATS server.
+func requireServer(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the NATS server (-short)")
+	}
+}
+
 // admin connects to the server directly, for setting up and reading back.
+//
+// With -short, tests that need the server are skipped.
 func admin(t testing.TB) jetstream.JetStream {
 	t.Helper()
+	requireServer(t)
 	nc, err := natsclient.Connect("nats://" + serverAddr())
 	if err != nil {
 		t.Fatalf("connect to NATS at %s (start it with scripts/services.sh nats): %v", serverAddr(), err)

@@ -49,6 +49,9 @@
 // value with CR or LF, or a name reserved for the server, starting with
 // "Nats-", or for the key headers above).
 //
+// The client asks again twice, 250ms apart, before it takes "no responders"
+// as final, which rides out a stream that is briefly without a leader.
+//
 // Retryable: PubAck timeouts, disconnects, a closed connection, a
 // cancelled context, stream limits with discard-new, and any other
 // JetStream API error (such as JetStream unavailable or resources

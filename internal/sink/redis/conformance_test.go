@@ -11,6 +11,7 @@ import (
 // TestConformance runs the sink conformance suite against the local Redis
 // server; connection cuts go through the suite's proxy.
 func TestConformance(t *testing.T) {
+	requireServer(t)
 	sinktest.Run(t, sinktest.Harness{
 		Addr: serverAddr(),
 		New: func(t *testing.T, addr string) sink.Publisher {

@@ -38,9 +38,20 @@ func testCtx(t testing.TB) context.Context {
 	return ctx
 }
 
+// requireServer skips t under -short: it needs the Redis server.
+func requireServer(t testing.TB) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the Redis server (-short)")
+	}
+}
+
 // admin connects to the server directly, for setting up and reading back.
+//
+// With -short, tests that need the server are skipped.
 func admin(t testing.TB) *goredis.Client {
 	t.Helper()
+	requireServer(t)
 	c := goredis.NewClient(&goredis.Options{Addr: serverAddr()})
 	t.Cleanup(func() { _ = c.Close() })
 	if err := c.Ping(testCtx(t)).Err(); err != nil {
