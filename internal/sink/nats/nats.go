@@ -13,7 +13,7 @@
 // Messages of one order key (sink.OrderKey) are published one after the
 // other: the next is sent only after the previous one's PubAck. Messages of
 // different keys, and messages without a key, are in flight together (up to
-// max_pending at once across all calls), so a call with many keys is
+// max_pending at once, across all calls), so a call with many keys is
 // pipelined while a single hot key costs one round trip per message.
 //
 // Pipelining one key instead (sending its messages back to back and relying
@@ -27,11 +27,11 @@
 // Sequence does not help either: it orders a subject, not a key, and needs
 // the subject's last sequence known in advance.
 //
-// Once a message of a key fails, the rest of that key in the call are not
-// sent: they fail as retryable. When the failure is terminal for its whole
-// subject (no stream, sealed stream), the key's later messages to that
-// subject get the same terminal error, since they could not be stored
-// either.
+// The chains are run by package keyorder: once a message of a key fails
+// retryably, the rest of that key in the call are not sent and fail as
+// retryable (keyorder.ErrHeldBack). A terminal failure does not stop the
+// key: that message goes to the dead-letter table and will never be
+// published, so its successors may go on.
 //
 // The connection reconnects by itself. Publishes made while it is down fail
 // at once (the reconnect buffer is off, so nothing queued in it can overtake

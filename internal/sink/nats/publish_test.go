@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/sink/keyorder"
 )
 
 func msg(subject, key string, i int) *sink.Message {
@@ -91,10 +92,10 @@ func TestFailureHoldsRestOfKey(t *testing.T) {
 			t.Fatalf("message %d: %v", i, errs[i])
 		}
 	}
-	if errs[3] == nil || sink.IsTerminal(errs[3]) || errors.Is(errs[3], errHeld) {
+	if errs[3] == nil || sink.IsTerminal(errs[3]) || errors.Is(errs[3], keyorder.ErrHeldBack) {
 		t.Fatalf("message 3 on a full stream: got %v, want a retryable refusal", errs[3])
 	}
-	if !errors.Is(errs[4], errHeld) || sink.IsTerminal(errs[4]) {
+	if !errors.Is(errs[4], keyorder.ErrHeldBack) || sink.IsTerminal(errs[4]) {
 		t.Fatalf("message 4 after its key failed: got %v, want held (retryable)", errs[4])
 	}
 	if got := s.all(t); len(got) != 3 {
@@ -102,9 +103,9 @@ func TestFailureHoldsRestOfKey(t *testing.T) {
 	}
 }
 
-// Without a stream for the subject, the key's later messages to that
-// subject fail terminally too, and those to another subject are held.
-func TestNoStreamIsTerminalForTheSubject(t *testing.T) {
+// Without a stream for the subject the message fails terminally; it goes
+// to the dead-letter table, so the rest of its key goes on.
+func TestNoStreamIsTerminal(t *testing.T) {
 	s := newStream(t)
 	bad := "outbox-test-nostream-" + suffix() + ".x"
 	p := newPublisher(t, testConfig(serverAddr()))
@@ -115,14 +116,11 @@ func TestNoStreamIsTerminalForTheSubject(t *testing.T) {
 			t.Errorf("message %d to a subject without stream: got %v, want terminal", i, errs[i])
 		}
 	}
-	if !errors.Is(errs[2], errHeld) || sink.IsTerminal(errs[2]) {
-		t.Errorf("message 2 of the failed key: got %v, want held", errs[2])
+	if errs[2] != nil || errs[3] != nil {
+		t.Errorf("messages to a stream: %v, %v", errs[2], errs[3])
 	}
-	if errs[3] != nil {
-		t.Errorf("message of another key: %v", errs[3])
-	}
-	if got := s.all(t); len(got) != 1 {
-		t.Fatalf("stream holds %d messages, want 1", len(got))
+	if got := s.all(t); len(got) != 2 {
+		t.Fatalf("stream holds %d messages, want 2", len(got))
 	}
 }
 
