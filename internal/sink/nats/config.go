@@ -9,6 +9,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/sinkconf"
+	"github.com/outbox-relay/outbox-relay/internal/sink/sinktls"
 )
 
 // Defaults for fields left unset.
@@ -38,7 +39,7 @@ type Config struct {
 	User      string `yaml:"user"`
 	Password  string `yaml:"password"`
 
-	TLS sinkconf.TLS `yaml:"tls"`
+	TLS sinktls.Config `yaml:"tls"`
 
 	// AckTimeout is how long a message waits for its PubAck before it
 	// fails, retryable (default 5s).
@@ -109,7 +110,7 @@ func (c Config) Problems() []sink.Problem {
 	if c.Password != "" && c.User == "" {
 		add("user", "required with password")
 	}
-	ps = append(ps, c.TLS.Problems("tls")...)
+	ps = append(ps, c.TLS.Problems()...)
 	if c.AckTimeout < 0 {
 		add("ack_timeout", "must be positive, got %s", c.AckTimeout)
 	}
@@ -185,8 +186,9 @@ func (c Config) options() ([]natsclient.Option, error) {
 	case c.User != "":
 		opts = append(opts, natsclient.UserInfo(c.User, c.Password))
 	}
-	if !c.TLS.IsZero() {
-		tc, err := c.TLS.Config()
+	if c.TLS != (sinktls.Config{}) {
+		// The server name defaults to the host of each server URL.
+		tc, err := c.TLS.Load("")
 		if err != nil {
 			return nil, err
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/sinkconf"
+	"github.com/outbox-relay/outbox-relay/internal/sink/sinktls"
 )
 
 // Defaults for fields left unset.
@@ -31,7 +32,7 @@ type Config struct {
 	// DB is the database number; when not 0 it overrides the URL's.
 	DB int `yaml:"db"`
 	// TLS settings; giving any turns TLS on, as rediss:// does.
-	TLS sinkconf.TLS `yaml:"tls"`
+	TLS sinktls.Config `yaml:"tls"`
 	// MaxLen caps each stream at about this many entries (XADD MAXLEN ~);
 	// 0 keeps every entry.
 	MaxLen int64 `yaml:"max_len"`
@@ -68,7 +69,7 @@ func (c Config) Problems() []sink.Problem {
 	if c.DB < 0 {
 		add("db", "must not be negative, got %d", c.DB)
 	}
-	ps = append(ps, c.TLS.Problems("tls")...)
+	ps = append(ps, c.TLS.Problems()...)
 	if c.MaxLen < 0 {
 		add("max_len", "must not be negative, got %d", c.MaxLen)
 	}
@@ -107,16 +108,11 @@ func (c Config) options() (*goredis.Options, error) {
 	if c.DB != 0 {
 		o.DB = c.DB
 	}
-	if !c.TLS.IsZero() {
-		tc, err := c.TLS.Config()
+	if c.TLS != (sinktls.Config{}) {
+		host, _, _ := strings.Cut(o.Addr, ":")
+		tc, err := c.TLS.Load(host)
 		if err != nil {
 			return nil, err
-		}
-		if tc.ServerName == "" && o.TLSConfig != nil {
-			tc.ServerName = o.TLSConfig.ServerName
-		}
-		if tc.ServerName == "" {
-			tc.ServerName, _, _ = strings.Cut(o.Addr, ":")
 		}
 		o.TLSConfig = tc
 	}

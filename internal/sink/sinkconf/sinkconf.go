@@ -1,7 +1,6 @@
-// Package sinkconf holds the configuration pieces that several sinks share:
-// a Duration written as "250ms" or "1m30s", and a TLS block. Each sink's own
-// Config embeds them; the config package decodes those blocks strictly and
-// prefixes the problems they report with the sink's path.
+// Package sinkconf holds configuration pieces that sinks share: a Duration
+// written as "250ms" or "1m30s", which refuses a bare number (a
+// time.Duration would read "5" as five nanoseconds).
 package sinkconf
 
 import (
