@@ -10,14 +10,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 )
 
-var (
-	// errHeld answers a message not sent because an earlier message of
-	// its key was refused before sending. It is retryable.
-	errHeld = errors.New("not sent: an earlier message with the same key failed")
-	// errOvertaken wraps the retryable failure of a message whose key had
-	// a later message stored in the same pipeline.
-	errOvertaken = errors.New("a later message with the same key was stored")
-)
+// errOvertaken wraps the retryable failure of a message whose key had a
+// later message stored in the same pipeline.
+var errOvertaken = errors.New("a later message with the same key was stored")
 
 // Publish adds msgs to their streams in one pipeline and returns one result
 // per message; see the package documentation for ordering and
@@ -25,7 +20,6 @@ var (
 func (p *Publisher) Publish(ctx context.Context, msgs []*sink.Message) []error {
 	errs := make([]error, len(msgs))
 	cmds := make([]*goredis.StringCmd, len(msgs))
-	refused := make(map[string]bool) // keys with a message not sent
 	pipe := p.client.Pipeline()
 	sent := 0
 	for i, m := range msgs {
@@ -33,16 +27,9 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*sink.Message) []error {
 			errs[i] = sink.Terminal(errors.New("nil message"))
 			continue
 		}
-		k := sink.OrderKey(m)
-		if k != "" && refused[k] {
-			errs[i] = fmt.Errorf("xadd to stream %q: %w", m.Destination, errHeld)
-			continue
-		}
+		// A refused message is dead-lettered: its key goes on.
 		if err := p.check(m); err != nil {
 			errs[i] = err
-			if k != "" {
-				refused[k] = true
-			}
 			continue
 		}
 		cmds[i] = pipe.XAdd(ctx, &goredis.XAddArgs{

@@ -124,8 +124,8 @@ func TestWrongTypeFailsOnlyItsMessage(t *testing.T) {
 	}
 }
 
-// A message refused before sending holds back the rest of its key, unsent.
-func TestRefusedHoldsRestOfKey(t *testing.T) {
+// A message refused before sending is terminal; the rest of its key goes on.
+func TestRefusedBeforeSending(t *testing.T) {
 	c := admin(t)
 	stream := newKey(t, c, "stream")
 	cfg := testConfig(serverAddr())
@@ -133,15 +133,12 @@ func TestRefusedHoldsRestOfKey(t *testing.T) {
 	p := newPublisher(t, cfg)
 	big := msg(stream, "k", 1)
 	big.Payload = make([]byte, 101)
-	errs := p.Publish(testCtx(t), []*sink.Message{msg(stream, "k", 0), big, msg(stream, "k", 2), msg(stream, "other", 0)})
-	if errs[0] != nil || errs[3] != nil {
-		t.Fatalf("unaffected messages failed: %v, %v", errs[0], errs[3])
+	errs := p.Publish(testCtx(t), []*sink.Message{msg(stream, "k", 0), big, msg(stream, "k", 2), msg("", "k", 3)})
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("unaffected messages failed: %v, %v", errs[0], errs[2])
 	}
-	if !sink.IsTerminal(errs[1]) {
-		t.Fatalf("payload above max_message_bytes: got %v, want terminal", errs[1])
-	}
-	if !errors.Is(errs[2], errHeld) || sink.IsTerminal(errs[2]) {
-		t.Fatalf("message after a refused one of its key: got %v, want held", errs[2])
+	if !sink.IsTerminal(errs[1]) || !sink.IsTerminal(errs[3]) {
+		t.Fatalf("too large / no destination: got %v, %v, want terminal", errs[1], errs[3])
 	}
 	if n := c.XLen(testCtx(t), stream).Val(); n != 2 {
 		t.Fatalf("stream holds %d entries, want 2", n)

@@ -29,9 +29,8 @@
 //     without storing it after its successor. Such a message is reported
 //     terminal ("overtaken"), so it is dead-lettered rather than reordered.
 //
-// A message refused before sending (no destination, payload too large)
-// holds back the rest of its key in the call; those fail as retryable and
-// are not sent.
+// A message refused before sending (no destination, payload too large) is
+// terminal; the rest of its key is sent, as after any terminal failure.
 //
 // Redis has no deduplication: a message whose reply was lost (a connection
 // cut after the write) may be stored twice when the relay retries it.
