@@ -181,11 +181,13 @@ func (s *session) end(err error) {
 		return
 	}
 	s.err = err
+	// Dead before any waiter hears of it: a caller that reacts to a failure
+	// at once must not be handed this session again.
+	close(s.done)
 	for tag, p := range s.pending {
 		p.result <- err
 		delete(s.pending, tag)
 	}
-	close(s.done)
 	s.mu.Unlock()
 	_ = s.conn.Close()
 }
