@@ -9,7 +9,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/kafka"
 	"github.com/outbox-relay/outbox-relay/internal/sink/mqtt"
+	"github.com/outbox-relay/outbox-relay/internal/sink/nats"
 	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
+	"github.com/outbox-relay/outbox-relay/internal/sink/redis"
 	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
 
@@ -25,6 +27,10 @@ func (a *App) newSink(name string, sc config.Sink) (sink.Publisher, error) {
 		return rabbitmq.New(*sc.RabbitMQ, rabbitmq.WithLogger(log))
 	case "mqtt":
 		return mqtt.New(*sc.MQTT, mqtt.WithLogger(log))
+	case "nats":
+		return nats.New(*sc.NATS, nats.WithLogger(log))
+	case "redis":
+		return redis.New(*sc.Redis, redis.WithLogger(log))
 	case "webhook":
 		return webhook.New(*sc.Webhook, webhook.WithLogger(log))
 	}

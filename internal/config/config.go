@@ -4,7 +4,9 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/sink/mqtt"
+	"github.com/outbox-relay/outbox-relay/internal/sink/nats"
 	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
+	"github.com/outbox-relay/outbox-relay/internal/sink/redis"
 	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
 
@@ -53,7 +55,7 @@ type Database struct {
 // every other type keeps its settings in a block named after it
 // (sinks.<name>.rabbitmq, ...), defined by its package under internal/sink.
 type Sink struct {
-	Type             string   `yaml:"type"` // kafka|rabbitmq|mqtt|webhook
+	Type             string   `yaml:"type"` // kafka|nats|rabbitmq|redis|mqtt|webhook
 	Brokers          []string `yaml:"brokers"`
 	ClientID         string   `yaml:"client_id"`          // default "outbox-relay"
 	MaxMessageBytes  int      `yaml:"max_message_bytes"`  // default 1000000
@@ -68,6 +70,8 @@ type Sink struct {
 	RabbitMQ *rabbitmq.Config `yaml:"rabbitmq"`
 	MQTT     *mqtt.Config     `yaml:"mqtt"`
 	Webhook  *webhook.Config  `yaml:"webhook"`
+	NATS     *nats.Config     `yaml:"nats"`
+	Redis    *redis.Config    `yaml:"redis"`
 }
 
 // SASL authenticates to Kafka.

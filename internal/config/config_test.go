@@ -107,7 +107,7 @@ var badFixtures = map[string][]string{
 	},
 	"no_sources.bad.yaml": {`sources: at least one source is required`},
 	"bad_sink.bad.yaml": {
-		`sinks.x.type: must be one of kafka, rabbitmq, mqtt, webhook, got "pigeon"`,
+		`sinks.x.type: must be one of kafka, nats, rabbitmq, redis, mqtt, webhook, got "pigeon"`,
 		`sinks.k.brokers: required`,
 		`sinks.r.brokers: a Kafka setting; settings of a rabbitmq sink go under sinks.r.rabbitmq`,
 		`sinks.r.mqtt: set, but the sink's type is "rabbitmq"`,

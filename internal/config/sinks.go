@@ -30,13 +30,22 @@ func (s *Sink) block() sinkBlock {
 		if s.Webhook != nil {
 			return s.Webhook
 		}
+	case "nats":
+		if s.NATS != nil {
+			return s.NATS
+		}
+	case "redis":
+		if s.Redis != nil {
+			return s.Redis
+		}
 	}
 	return nil
 }
 
 // blocks lists the type blocks that are set, by key.
 func (s *Sink) blocks() map[string]bool {
-	return map[string]bool{"rabbitmq": s.RabbitMQ != nil, "mqtt": s.MQTT != nil, "webhook": s.Webhook != nil}
+	return map[string]bool{"rabbitmq": s.RabbitMQ != nil, "mqtt": s.MQTT != nil, "webhook": s.Webhook != nil,
+		"nats": s.NATS != nil, "redis": s.Redis != nil}
 }
 
 // kafkaFields lists the Kafka-only fields that are set.

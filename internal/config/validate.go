@@ -14,7 +14,7 @@ var (
 	logLevels      = []string{"debug", "info", "warn", "error"}
 	logFormats     = []string{"json", "text"}
 	dbDrivers      = []string{"postgres"}
-	sinkTypes      = []string{"kafka", "rabbitmq", "mqtt", "webhook"}
+	sinkTypes      = []string{"kafka", "nats", "rabbitmq", "redis", "mqtt", "webhook"}
 	compressions   = []string{"none", "gzip", "snappy", "lz4", "zstd"}
 	saslMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 	notifyModes    = []string{"auto", "on", "off"}
