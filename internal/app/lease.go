@@ -5,8 +5,24 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
+
+// leaseStore grants sources to one relay process at a time (see
+// postgres.Leases).
+type leaseStore interface {
+	Acquire(ctx context.Context, shard string, ttl time.Duration) (*source.Lease, error)
+	Renew(ctx context.Context, l *source.Lease, ttl time.Duration) (bool, error)
+	Release(ctx context.Context, l *source.Lease) error
+	// WaitForOwner returns once owner has no transaction open.
+	WaitForOwner(ctx context.Context, owner string) error
+}
+
+// leasesFor returns the lease table of the source's database.
+func (a *App) leasesFor(s *Source) leaseStore {
+	return postgres.NewLeases(s.Pool, a.cfg.RelaySchema, a.owner)
+}
 
 // runLeased relays a source only while this process holds its lease. A
 // replica that cannot get the lease stands by and retries every third of the
@@ -17,7 +33,7 @@ import (
 // through the hand-over.
 func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build func() *relay.Worker) {
 	ttl := a.cfg.LeaseTTL.D()
-	leases := postgres.NewLeases(s.Pool, a.cfg.RelaySchema, a.owner)
+	leases := a.leasesFor(s)
 	log := a.log.With("source", s.Name)
 	standby := false
 	for ctx.Err() == nil {
@@ -66,7 +82,7 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 
 // renew keeps the lease until ctx ends; it calls lost when the lease is gone
 // or could not be renewed for half its TTL.
-func (a *App) renew(ctx context.Context, leases *postgres.Leases, l *postgres.Lease, ttl time.Duration, lost func()) {
+func (a *App) renew(ctx context.Context, leases leaseStore, l *source.Lease, ttl time.Duration, lost func()) {
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
 	last := time.Now()

@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
@@ -20,11 +21,15 @@ type Source struct {
 	Name   string
 	Index  int // position in the config's sources
 	Config config.Source
-	Pool   *pgxpool.Pool
 	DSN    string
-	Table  postgres.Table
 	Layout *layout.Layout
-	Store  *postgres.Store
+	// Store claims and completes the source's batches, whatever the driver.
+	Store source.Store
+	// Pool, Table and PG are the PostgreSQL source's connections, table and
+	// store (dead-letter replay, privilege checks, the wake-up trigger).
+	Pool  *pgxpool.Pool
+	Table postgres.Table
+	PG    *postgres.Store
 	// Routes are the source's routes with their columns checked against
 	// the table (sinks are connected when the source starts).
 	Routes []relay.Route
@@ -136,10 +141,11 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 		return nil, err
 	}
 	ordering := cs.Ordering == nil || *cs.Ordering
+	st := postgres.New(pool, postgres.Options{Source: name, Table: t, RelaySchema: a.cfg.RelaySchema, Layout: l, Ordering: ordering,
+		ClaimTimeout: cs.ClaimTimeout.D()})
 	return &Source{
 		Name: name, Index: i, Config: cs, Pool: pool, DSN: a.cfg.Databases[cs.Database].DSN, Table: t, Layout: l, Routes: routes,
-		Store: postgres.New(pool, postgres.Options{Source: name, Table: t, RelaySchema: a.cfg.RelaySchema, Layout: l, Ordering: ordering,
-			ClaimTimeout: cs.ClaimTimeout.D()}),
+		Store: st, PG: st,
 	}, nil
 }
 

@@ -87,7 +87,7 @@ func newDLQ(g *globals) *cobra.Command {
 		}
 		stores := map[string]*postgres.Store{}
 		for _, s := range srcs {
-			stores[s.Name] = s.Store
+			stores[s.Name] = s.PG
 		}
 		total := 0
 		for _, e := range evs {
