@@ -1,22 +1,49 @@
 package cli
 
 import (
+	"log/slog"
+	"os"
+
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/config/compat"
 )
 
 func newRun(g *globals) *cobra.Command {
 	var noMigrate bool
+	var inviqa *compat.Flags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Relay every configured source until SIGTERM or SIGINT",
+		Long: "Relay every configured source until SIGTERM or SIGINT.\n\n" +
+			"Without --config, when DB_DRIVER and DB_HOST are set (or with --" + compat.ForceFlag + "), the\n" +
+			"configuration comes from the environment variables and flags of inviqa/kafka-outbox-relay;\n" +
+			"see docs/inviqa-migration.md.",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cfg, log, err := g.load()
-			if err != nil {
-				return err
-			}
 			ctx := cmd.Context()
+			var cfg *config.Config
+			var log *slog.Logger
+			if inviqa.Active(cmd.Flags().Changed("config"), os.LookupEnv) {
+				in, err := inviqa.Load()
+				if err != nil {
+					return err
+				}
+				cfg, log = in.Config, newLogger(g.stderr, in.Config.Log)
+				compat.LogSettings(log, in)
+				switch {
+				case in.Job != "":
+					return compat.RunJob(ctx, in, log)
+				case in.PollingDisabled:
+					return compat.Idle(ctx, in, log)
+				}
+			} else {
+				var err error
+				if cfg, log, err = g.load(); err != nil {
+					return err
+				}
+			}
 			a, err := app.Open(ctx, cfg, log)
 			if err != nil {
 				return err
@@ -34,5 +61,6 @@ func newRun(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&noMigrate, "no-migrate", false, "do not apply the relay's schema migrations at start")
+	inviqa = compat.AddFlags(cmd)
 	return cmd
 }
