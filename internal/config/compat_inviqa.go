@@ -162,7 +162,7 @@ func buildInviqa(environ []string, flags map[string]string) (*Inviqa, problems) 
 	sk := Sink{Type: "kafka", Compression: "gzip"} // gzip: as the original producer sends
 	sk.Brokers = splitList(e.str(InviqaKafkaHost))
 	if len(sk.Brokers) == 0 {
-		if in.PollingDisabled {
+		if in.PollingDisabled || in.Job != "" {
 			// Nothing connects to Kafka; the sink only has to be valid.
 			sk.Brokers = []string{"localhost:9092"}
 		} else {

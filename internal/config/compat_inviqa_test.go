@@ -150,7 +150,7 @@ func TestFromInviqaMapsEveryVariable(t *testing.T) {
 				}
 			}},
 		{"cleanup job with sidecar", []string{"RUN_CLEANUP", "SIDECAR_PROXY_URL"},
-			withEnv([]string{"RUN_CLEANUP=true", "SIDECAR_PROXY_URL=http://127.0.0.1:15020"}), nil,
+			withEnv([]string{"RUN_CLEANUP=true", "SIDECAR_PROXY_URL=http://127.0.0.1:15020"}, "KAFKA_HOST"), nil,
 			func(t *testing.T, in *Inviqa) {
 				if in.Job != InviqaJobCleanup || in.SidecarProxyURL != "http://127.0.0.1:15020" || len(in.Notes) != 0 {
 					t.Errorf("job %q sidecar %q notes %v", in.Job, in.SidecarProxyURL, in.Notes)

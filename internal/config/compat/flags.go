@@ -72,9 +72,16 @@ func LogSettings(log *slog.Logger, in *config.Inviqa) {
 		dbs = append(dbs, name)
 	}
 	sort.Strings(dbs)
-	log.Info("configured from the settings of inviqa/kafka-outbox-relay",
-		"databases", dbs, "brokers", in.Config.Sinks[config.InviqaSinkName].Brokers, "job", in.Job,
-		"polling_disabled", in.PollingDisabled, "admin_listen", in.Config.Admin.Listen)
+	attrs := []any{"databases", dbs}
+	switch {
+	case in.Job != "":
+		attrs = append(attrs, "job", in.Job)
+	case in.PollingDisabled:
+		attrs = append(attrs, "polling_disabled", true)
+	default:
+		attrs = append(attrs, "brokers", in.Config.Sinks[config.InviqaSinkName].Brokers, "admin_listen", in.Config.Admin.Listen)
+	}
+	log.Info("configured from the settings of inviqa/kafka-outbox-relay", attrs...)
 	for _, n := range in.Notes {
 		log.Info("setting accepted without effect", "variable", n.Var, "reason", n.Reason)
 	}
