@@ -176,3 +176,85 @@ func freeAddr(t *testing.T) string {
 	_ = l.Close()
 	return addr
 }
+
+// The kafka_outbox that the original relay created on PostgreSQL (json
+// payload and headers, smallint counters, char(36) batch ids, its
+// golang-migrate version table) is adopted as it is, rows kept: its pending
+// rows are published and a row of its that had errored stays a dead letter.
+func TestInviqaAdoptsTheOriginalTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	// The original relay's three migrations, and its version table.
+	if _, err := pool.Exec(ctx, `
+CREATE TABLE kafka_outbox(
+    id SERIAL PRIMARY KEY,
+    batch_id CHAR(36) NULL,
+    push_started_at timestamp NULL,
+    push_completed_at timestamp NULL,
+    topic VARCHAR(255) NOT NULL,
+    payload_json json NOT NULL,
+    payload_headers json NOT NULL,
+    push_attempts smallint NOT NULL DEFAULT 0,
+    errored smallint NOT NULL DEFAULT 0,
+    error_reason VARCHAR (255) NOT NULL DEFAULT '',
+    created_at timestamp DEFAULT CURRENT_TIMESTAMP
+);
+CREATE INDEX outbox_push_completed_at ON kafka_outbox(push_completed_at);
+ALTER TABLE kafka_outbox ADD COLUMN partition_key VARCHAR(255) NOT NULL DEFAULT '';
+ALTER TABLE kafka_outbox ADD COLUMN key VARCHAR(255) NOT NULL DEFAULT '';
+CREATE INDEX IF NOT EXISTS outbox_batch_query ON kafka_outbox(batch_id, created_at);
+CREATE TABLE kafka_outbox_schema_migrations (version bigint NOT NULL PRIMARY KEY, dirty boolean NOT NULL);
+INSERT INTO kafka_outbox_schema_migrations VALUES (20220408111504, false);
+INSERT INTO kafka_outbox (topic, payload_json, payload_headers, key, push_completed_at, batch_id, push_started_at)
+VALUES ('orders', '{"n": 0}', '{}', 'k-0', now() - interval '1 minute', 'b6d1a7a4-52d2-4b0e-9d0e-2b1a3f1c9e77', now() - interval '1 minute');
+INSERT INTO kafka_outbox (topic, payload_json, payload_headers, key, push_attempts, errored, error_reason)
+VALUES ('orders', '{"n": 1}', '{}', 'k-1', 3, 1, 'kafka: broker unavailable');
+INSERT INTO kafka_outbox (topic, payload_json, payload_headers, key, partition_key)
+VALUES ('orders', '{"n": 2}', '{"trace_id": "t-2"}', 'k-2', 'p-2');`); err != nil {
+		t.Fatal(err)
+	}
+	c := kafkaCluster(t, kfake.SeedTopics(3, "orders"))
+	brokers := c.ListenAddrs()
+	col := collect(t, brokers, "orders")
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := config.FromInviqa([]string{"DB_DRIVER=postgres", "DB_HOST=" + u.Hostname(), "DB_PORT=" + u.Port(),
+		"DB_USER=" + u.User.Username(), "DB_NAME=" + strings.TrimPrefix(u.Path, "/"), "KAFKA_HOST=" + strings.Join(brokers, ","),
+		"POLL_FREQUENCY_MS=50", "OUTBOX_RELAY_ADMIN_LISTEN=off"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runRelay(t, in.Config)
+
+	var id2, id3 string
+	if err := pool.QueryRow(ctx, `INSERT INTO kafka_outbox (topic, payload_json, payload_headers, key) VALUES ('orders', '{"n": 3}', '{}', 'k-3')
+RETURNING id::text`).Scan(&id3); err != nil {
+		t.Fatal(err)
+	}
+	_ = pool.QueryRow(ctx, `SELECT id::text FROM kafka_outbox WHERE key = 'k-2'`).Scan(&id2)
+	got := distinct(col.waitDistinct(t, 2, 30*time.Second))
+	if r := got[id2]; r == nil || string(r.Key) != "k-2" || r.Partition != javaPartition([]byte("p-2"), 3) {
+		t.Errorf("pending row of the original relay: %+v", r)
+	} else if v, _ := header(r, "trace_id"); v != "t-2" {
+		t.Errorf("trace_id %q", v)
+	}
+	if got[id3] == nil {
+		t.Error("a row inserted after the switch was not published")
+	}
+	time.Sleep(300 * time.Millisecond) // a few more polls
+	if n := len(distinct(col.records())); n != 2 {
+		t.Errorf("%d events published, want 2 (the delivered and the errored row stay as they are)", n)
+	}
+	var errored int
+	if err := pool.QueryRow(ctx, `SELECT errored FROM kafka_outbox WHERE key = 'k-1'`).Scan(&errored); err != nil || errored != 1 {
+		t.Errorf("the errored row: errored=%d, %v", errored, err)
+	}
+	waitFor(t, 10*time.Second, "both rows marked delivered", func() (bool, string) {
+		var n int
+		_ = pool.QueryRow(ctx, `SELECT count(*) FROM kafka_outbox WHERE push_completed_at IS NOT NULL AND key IN ('k-2', 'k-3')`).Scan(&n)
+		return n == 2, fmt.Sprint(n)
+	})
+}
