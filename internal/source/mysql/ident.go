@@ -19,7 +19,9 @@ type IdentError struct {
 	Msg   string
 }
 
-func (e *IdentError) Error() string { return fmt.Sprintf("%s: identifier %q %s", e.Field, e.Name, e.Msg) }
+func (e *IdentError) Error() string {
+	return fmt.Sprintf("%s: identifier %q %s", e.Field, e.Name, e.Msg)
+}
 
 // ValidateIdent checks one identifier taken from configuration or from the
 // catalogue: not empty, valid UTF-8, at most 64 characters, no backtick and

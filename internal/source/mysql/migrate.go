@@ -56,21 +56,30 @@ func NewMigrator(dsn, relayDB string) (*Migrator, error) {
 		_ = admin.Close()
 		return nil, err
 	}
+	m := &Migrator{admin: admin, db: db, name: relayDB}
+	if m.prov, err = m.provider(); err != nil {
+		_ = m.Close()
+		return nil, err
+	}
+	return m, nil
+}
+
+// provider loads the migrations. A new one is made after the database is
+// dropped: goose remembers that it made its version table.
+func (m *Migrator) provider() (*goose.Provider, error) {
 	fsys, err := fs.Sub(migrations.MySQL, "mysql")
 	if err != nil {
 		return nil, err
 	}
-	prov, err := goose.NewProvider(goose.DialectMySQL, db, fsys,
+	prov, err := goose.NewProvider(goose.DialectMySQL, m.db, fsys,
 		goose.WithTableName("goose_db_version"),
-		goose.WithSessionLocker(namedLocker{name: "outbox-relay migrate " + relayDB}),
+		goose.WithSessionLocker(namedLocker{name: "outbox-relay migrate " + m.name}),
 		goose.WithDisableGlobalRegistry(true),
 	)
 	if err != nil {
-		_ = admin.Close()
-		_ = db.Close()
 		return nil, fmt.Errorf("load migrations: %w", err)
 	}
-	return &Migrator{admin: admin, db: db, name: relayDB, prov: prov}, nil
+	return prov, nil
 }
 
 // Close releases the connections.
@@ -134,6 +143,11 @@ func (m *Migrator) Down(ctx context.Context, all bool) error {
 	if _, err := m.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+QuoteIdent(m.name)); err != nil {
 		return fmt.Errorf("drop database %s: %w", m.name, err)
 	}
+	prov, err := m.provider()
+	if err != nil {
+		return err
+	}
+	m.prov = prov
 	return nil
 }
 

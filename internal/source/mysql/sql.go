@@ -78,7 +78,7 @@ func optCol(alias, name string) string {
 }
 
 // orderKeySQL is the row's order key: the first of the layout's order key
-// templates that is neither NULL nor empty, else ''.
+// templates that is neither NULL nor empty, else ”.
 func orderKeySQL(l *layout.Layout, alias string) string {
 	if len(l.OrderKeys) == 0 {
 		return "''"
@@ -266,7 +266,8 @@ func stateSets(l *layout.Layout) (published, dead, pending string) {
 		pend = append(pend, QuoteIdent(l.RetryCount)+" = 0")
 	}
 	if l.Error != "" {
-		pend = append(pend, QuoteIdent(l.Error)+" = NULL")
+		// NULL where the column allows it, else its default (often '').
+		pend = append(pend, QuoteIdent(l.Error)+" = DEFAULT("+QuoteIdent(l.Error)+")")
 	}
 	return strings.Join(pub, ", "), strings.Join(dd, ", "), strings.Join(pend, ", ")
 }

@@ -182,6 +182,7 @@ func TestHeldBatchInvisibleInsertsGoOn(t *testing.T) {
 	if err != nil || held == nil || !slices.Equal(ids(held.Rows()), []string{"1", "2", "3"}) {
 		t.Fatalf("claim: %v %v", held, err)
 	}
+	t.Cleanup(func() { _ = held.Release(ctx) })
 	other, err := st.Claim(ctx, 10)
 	if err != nil || other == nil || !slices.Equal(ids(other.Rows()), []string{"4", "5"}) {
 		t.Fatalf("second claimer: %v %v", other, err)
@@ -230,13 +231,29 @@ func TestDeadClaimsComeBack(t *testing.T) {
 	if err != nil || held == nil {
 		t.Fatalf("claim: %v %v", held, err)
 	}
-	// The claim's connection is the one of this database with a transaction
-	// holding row locks.
+	// The claim's connection is the one of this database with a
+	// transaction open.
+	t.Cleanup(func() { _ = held.Release(ctx) })
 	var conn int64
-	if err := e.db.QueryRowContext(ctx, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
+	for try := 0; ; try++ {
+		// INNODB_TRX is refreshed at most ten times a second.
+		err := e.db.QueryRowContext(ctx, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
 JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
-WHERE p.DB = ? AND t.trx_rows_locked > 0`, e.appDB).Scan(&conn); err != nil {
-		t.Fatal(err)
+WHERE p.DB = ? AND t.trx_mysql_thread_id <> CONNECTION_ID()`, e.appDB).Scan(&conn)
+		if err == nil {
+			break
+		}
+		if try == 50 {
+			rows, _ := e.db.QueryContext(ctx, `SELECT t.trx_mysql_thread_id, t.trx_rows_locked, t.trx_state, COALESCE(p.DB, '-') FROM information_schema.INNODB_TRX t LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id`)
+			for rows.Next() {
+				var a, b int64
+				var st, d string
+				_ = rows.Scan(&a, &b, &st, &d)
+				t.Log(a, b, st, d)
+			}
+			t.Fatalf("find the claim's connection: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	e.exec(t, fmt.Sprintf("KILL CONNECTION %d", conn))
 	deadline := time.Now().Add(10 * time.Second)
@@ -268,6 +285,7 @@ WHERE p.DB = ? AND t.trx_rows_locked > 0`, e.appDB).Scan(&conn); err != nil {
 	if err != nil || hb == nil {
 		t.Fatalf("hung claim: %v %v", hb, err)
 	}
+	t.Cleanup(func() { _ = hb.Release(ctx) })
 	if b, _ := st.Claim(ctx, 10); b != nil {
 		t.Fatalf("rows visible while the claim is held: %v", ids(b.Rows()))
 	}
@@ -334,4 +352,3 @@ func (e *env) dsnOpts() (o mysql.ConnOptions) {
 	o.ClaimTimeout = time.Second
 	return o
 }
-
