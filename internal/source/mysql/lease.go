@@ -9,17 +9,12 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
-// Lease is a shard held by this process: the term grows with every change
-// of owner, so a previous owner can be told apart (and fenced) after a
-// hand-over.
-type Lease struct {
-	Shard         string
-	Owner         string
-	Term          int64
-	PreviousOwner string // who held it before, when it changed hands
-}
+// Lease is a shard held by this process (the seam's type).
+type Lease = source.Lease
 
 // Leases grants shards to one owner at a time through the relay database's
 // leases table. Acquire takes a free or expired shard (or renews one this
