@@ -24,23 +24,40 @@ const (
 	numClaimCols
 )
 
-// scanRow fills r from the current row of a claim. The text and byte
+// scanRow fills r from the current row of a claim; extra is the number of
+// the layout's extra templates, which follow the fixed columns. The text and byte
 // columns are read raw and copied into one string and one slice, so a row
 // costs few allocations whatever its width.
-func scanRow(rows *sql.Rows, r *source.Row) error {
+func scanRow(rows *sql.Rows, extra int, r *source.Row) error {
 	var (
 		raw        [colAggregateID + 1]sql.RawBytes
 		created    sql.NullTime
 		maxRetries sql.NullInt64
 		attempts   int64
 	)
-	dest := make([]any, 0, numClaimCols)
+	dest := make([]any, 0, numClaimCols+extra)
 	for i := range raw {
 		dest = append(dest, &raw[i])
 	}
 	dest = append(dest, &created, &maxRetries, &attempts)
+	var ex []sql.NullString
+	if extra > 0 {
+		ex = make([]sql.NullString, extra)
+		for i := range ex {
+			dest = append(dest, &ex[i])
+		}
+	}
 	if err := rows.Scan(dest...); err != nil {
 		return err
+	}
+	if extra > 0 {
+		r.Extra = make([]*string, extra)
+		for i, v := range ex {
+			if v.Valid {
+				s := v.String
+				r.Extra[i] = &s
+			}
+		}
 	}
 	fillRow(raw[:], r)
 	if created.Valid {

@@ -90,6 +90,24 @@ func orderKeySQL(l *layout.Layout, alias string) string {
 	return "COALESCE(" + strings.Join(parts, ", ") + ", '')"
 }
 
+// attemptsSQL is a row's failed attempts: the relay's retry state, else the
+// table's own retry counter (which another relay may have kept), else 0.
+func attemptsSQL(l *layout.Layout) string {
+	if l.RetryCount == "" {
+		return "COALESCE(r.attempts, 0)"
+	}
+	return "COALESCE(r.attempts, " + col("o", l.RetryCount) + ", 0)"
+}
+
+// nullIfEmpty makes an empty text NULL: an empty key is no key, empty
+// headers are none.
+func nullIfEmpty(expr string) string {
+	if expr == "NULL" {
+		return expr
+	}
+	return "NULLIF(" + expr + ", '')"
+}
+
 // idKind is how ids of a column travel between SQL and Go: integers as
 // numbers, binary ids as lower-case hex, everything else as text.
 type idKind int
@@ -153,6 +171,14 @@ func idValueSQL(l *layout.Layout, expr string) string {
 
 // pendingPredicate is the WHERE condition of rows not yet delivered.
 func pendingPredicate(l *layout.Layout, alias string) string {
+	p := statePredicate(l, alias)
+	if l.Errored.Name != "" {
+		p += " AND " + col(alias, l.Errored.Name) + " = " + l.ErroredValue(false)
+	}
+	return p
+}
+
+func statePredicate(l *layout.Layout, alias string) string {
 	switch l.Mode {
 	case "flag":
 		return col(alias, l.Flag) + " = FALSE"
@@ -174,16 +200,19 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) sta
 		idTextSQL(l, "o"),
 		col("o", l.Payload.Name),
 		templateSQL(l.Topic, "o"),
-		templateOrNull(l.Key, "o"),
+		nullIfEmpty(templateOrNull(l.Key, "o")),
 		templateOrNull(l.PartitionKey, "o"),
 		orderKeySQL(l, "o"),
-		optCol("o", l.Headers),
+		nullIfEmpty(optCol("o", l.Headers)),
 		optText("o", l.EventType),
 		optText("o", l.AggregateType),
 		optText("o", l.AggregateID),
 		optCol("o", l.CreatedAt),
 		optCol("o", l.MaxRetries),
-		"COALESCE(r.attempts, 0)",
+		attemptsSQL(l),
+	}
+	for _, t := range l.Extra {
+		selectList = append(selectList, templateSQL(t, "o"))
 	}
 	where := []string{
 		pendingPredicate(l, "o"),
@@ -256,7 +285,21 @@ func stateSets(l *layout.Layout) (published, dead, pending string) {
 	case "timestamp":
 		// The timestamp is the only state there is: a dead letter sets it
 		// too, and failed_events records the failure.
-		dd = append(dd, QuoteIdent(l.PublishedAt)+" = "+now)
+		// Without an errored flag the timestamp is the only state there
+		// is: a dead letter sets it too, and failed_events records the
+		// failure.
+		if l.Errored.Name == "" {
+			dd = append(dd, QuoteIdent(l.PublishedAt)+" = "+now)
+		}
+	}
+	if l.Errored.Name != "" {
+		// The flag alone takes a dead letter out of the pending set; a
+		// flag or timestamp column keeps saying it was never published.
+		if l.Mode == "flag" {
+			dd = dd[:0]
+		}
+		dd = append(dd, QuoteIdent(l.Errored.Name)+" = "+l.ErroredValue(true))
+		pend = append(pend, QuoteIdent(l.Errored.Name)+" = "+l.ErroredValue(false))
 	}
 	if l.PublishedAt != "" {
 		pub = append(pub, QuoteIdent(l.PublishedAt)+" = "+now)

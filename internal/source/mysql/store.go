@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -51,6 +52,7 @@ func (o Options) Validate() error {
 		{"layout.aggregate_id", l.AggregateID}, {"layout.created_at", l.CreatedAt}, {"layout.order_by", l.OrderBy},
 		{"layout.retry_count", l.RetryCount}, {"layout.max_retries", l.MaxRetries}, {"layout.error", l.Error},
 		{"layout.state.flag", l.Flag}, {"layout.state.published_at", l.PublishedAt}, {"layout.state.status", l.Status},
+		{"layout.state.errored", l.Errored.Name},
 	}
 	for _, c := range opt {
 		if c.name != "" {
@@ -62,7 +64,7 @@ func (o Options) Validate() error {
 			cols = append(cols, struct{ field, name string }{field, c})
 		}
 	}
-	for _, t := range l.OrderKeys {
+	for _, t := range append(slices.Clone(l.OrderKeys), l.Extra...) {
 		for _, c := range t.Columns() {
 			cols = append(cols, struct{ field, name string }{"layout.order_key", c})
 		}
@@ -137,7 +139,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	b := &batch{store: s, tx: tx}
 	for rows.Next() {
 		b.rows = append(b.rows, source.Row{})
-		if err := scanRow(rows, &b.rows[len(b.rows)-1]); err != nil {
+		if err := scanRow(rows, len(s.opts.Layout.Extra), &b.rows[len(b.rows)-1]); err != nil {
 			_ = rows.Close()
 			_ = tx.Rollback()
 			return nil, fmt.Errorf("claim from %s: decode: %w", s.opts.Table, err)
