@@ -55,7 +55,11 @@ func (b *batch) complete(ctx context.Context, o source.Outcome) error {
 				clear = append(clear, r.ID)
 			}
 		}
-		if err := b.byIDs(ctx, "acknowledge", s.sql.ackPrefix, ids); err != nil {
+		sets := ""
+		if s.opts.Layout.Mode != "delete" {
+			sets = s.sql.ackSets
+		}
+		if err := b.byIDs(ctx, "acknowledge", sets, ids); err != nil {
 			return err
 		}
 	}
@@ -87,18 +91,47 @@ func (b *batch) complete(ctx context.Context, o source.Outcome) error {
 	return nil
 }
 
-// byIDs runs prefix + "id, id, ...)" over ids, a chunk at a time.
-func (b *batch) byIDs(ctx context.Context, what, prefix string, ids []string) error {
-	for chunk := range chunks(ids) {
-		args := make([]any, len(chunk))
-		for i, id := range chunk {
-			v, err := b.store.idArg(id)
-			if err != nil {
-				return fmt.Errorf("%s: id %q: %w", what, id, err)
-			}
-			args[i] = v
+// idsTable is a derived table u(id) of the given ids, for joining to the
+// outbox table: the join finds each row by its key whatever the planner
+// believes of the table's size (an IN list on a table whose statistics
+// still say empty is scanned whole, and a scan waits on every other
+// claimer's rows: a deadlock).
+func (s *Store) idsTable(ids []string) (string, []any, error) {
+	ph := "?"
+	if w := s.idWrap(); w != "" {
+		ph = fmt.Sprintf(w, "?")
+	}
+	var b strings.Builder
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		v, err := s.idArg(id)
+		if err != nil {
+			return "", nil, fmt.Errorf("id %q: %w", id, err)
 		}
-		if _, err := b.tx.ExecContext(ctx, prefix+placeholders(len(chunk), b.store.idWrap())+")", args...); err != nil {
+		args[i] = v
+		if i == 0 {
+			b.WriteString("(SELECT " + ph + " AS id")
+		} else {
+			b.WriteString(" UNION ALL SELECT " + ph)
+		}
+	}
+	b.WriteString(") u STRAIGHT_JOIN " + s.opts.Table.String() + " AS o ON " + col("o", s.opts.Layout.ID.Name) + " = u.id")
+	return b.String(), args, nil
+}
+
+// byIDs deletes the rows with ids (sets empty) or updates them with sets, a
+// chunk at a time.
+func (b *batch) byIDs(ctx context.Context, what, sets string, ids []string) error {
+	for chunk := range chunks(ids) {
+		join, args, err := b.store.idsTable(chunk)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		q := "DELETE o FROM " + join
+		if sets != "" {
+			q = "UPDATE " + join + " SET " + sets
+		}
+		if _, err := b.tx.ExecContext(ctx, q, args...); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -140,7 +173,6 @@ ON DUPLICATE KEY UPDATE order_key = VALUES(order_key), attempts = VALUES(attempt
 // row its own value (CASE on the id), with extra SET items before them.
 func (b *batch) updateRows(ctx context.Context, what, extra string, ids []string, attempts, errs []any) error {
 	s := b.store
-	idCol := QuoteIdent(s.opts.Layout.ID.Name)
 	wrap := s.idWrap()
 	ph := "?"
 	if wrap != "" {
@@ -161,7 +193,7 @@ func (b *batch) updateRows(ctx context.Context, what, extra string, ids []string
 	}
 	caseOf := func(vals []any, expr string) string {
 		var c strings.Builder
-		c.WriteString("CASE " + idCol)
+		c.WriteString("CASE " + col("o", s.opts.Layout.ID.Name))
 		for i := range ids {
 			c.WriteString(" WHEN " + ph + " THEN " + expr)
 			args = append(args, idArgs[i], vals[i])
@@ -178,9 +210,12 @@ func (b *batch) updateRows(ctx context.Context, what, extra string, ids []string
 	if len(sets) == 0 {
 		return nil
 	}
-	args = append(args, idArgs...)
-	q := "UPDATE " + s.opts.Table.String() + " SET " + strings.Join(sets, ", ") + " WHERE " + idCol + " IN (" + placeholders(len(ids), wrap) + ")"
-	if _, err := b.tx.ExecContext(ctx, q, args...); err != nil {
+	join, jargs, err := s.idsTable(ids)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	q := "UPDATE " + join + " SET " + strings.Join(sets, ", ")
+	if _, err := b.tx.ExecContext(ctx, q, append(jargs, args...)...); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil

@@ -14,6 +14,7 @@ type tableColumn struct {
 	Name      string
 	Type      string // COLUMN_TYPE, or "json" (see Columns)
 	Generated bool
+	Primary   bool // part of the primary key
 }
 
 // Columns describes the table's columns, for layout.Resolve. Type is the
@@ -41,7 +42,7 @@ func tableColumns(ctx context.Context, db *sql.DB, t Table) ([]tableColumn, erro
 	if t.Schema != "" {
 		schemaExpr, args = "?", []any{t.Schema, t.Name}
 	}
-	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, LOWER(COLUMN_TYPE), EXTRA FROM information_schema.COLUMNS
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, LOWER(COLUMN_TYPE), EXTRA, COLUMN_KEY FROM information_schema.COLUMNS
 WHERE TABLE_SCHEMA = `+schemaExpr+` AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("describe %s: %w", t, err)
@@ -50,11 +51,12 @@ WHERE TABLE_SCHEMA = `+schemaExpr+` AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION
 	var cols []tableColumn
 	for rows.Next() {
 		var c tableColumn
-		var extra string
-		if err := rows.Scan(&c.Name, &c.Type, &extra); err != nil {
+		var extra, key string
+		if err := rows.Scan(&c.Name, &c.Type, &extra, &key); err != nil {
 			return nil, fmt.Errorf("describe %s: %w", t, err)
 		}
 		c.Generated = strings.Contains(strings.ToUpper(extra), "GENERATED")
+		c.Primary = key == "PRI"
 		cols = append(cols, c)
 	}
 	if err := rows.Err(); err != nil {
@@ -142,3 +144,4 @@ func restoreSQL(c tableColumn, doc string) string {
 	}
 	return e
 }
+

@@ -77,7 +77,7 @@ LEFT JOIN ` + rs + `.retry_state r ON r.source = ? AND r.event_id = u.id` + binC
 		return fmt.Errorf("insert dead letters: %w", err)
 	}
 	if s.opts.Layout.Mode == "delete" {
-		return b.byIDs(ctx, "delete dead rows", "DELETE FROM "+s.opts.Table.String()+" WHERE "+QuoteIdent(s.opts.Layout.ID.Name)+" IN (", ids)
+		return b.byIDs(ctx, "delete dead rows", "", ids)
 	}
 	attempts := make([]any, len(ds))
 	reasons := make([]any, len(ds))

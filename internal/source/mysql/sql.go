@@ -21,7 +21,7 @@ const maxOrderKeyLen = 500
 // of ids are appended at run time (see inList).
 type statements struct {
 	claim         string // ? source [, ? source], ? limit
-	ackPrefix     string // + id list + ")"
+	ackSets       string // SET list for a published row (not in delete mode)
 	deadSets      string // SET list for a dead-lettered row (not in delete mode)
 	retryCount    string // column to keep attempts in, or ""
 	errorCol      string // column to keep the last error in, or ""
@@ -240,11 +240,7 @@ FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, idTextSQL
 		strings.Join(where, "\n  AND "), orderBy)
 
 	setPublished, setDead, setPending := stateSets(l)
-	if l.Mode == "delete" {
-		s.ackPrefix = "DELETE FROM " + table + " WHERE " + QuoteIdent(l.ID.Name) + " IN ("
-	} else {
-		s.ackPrefix = "UPDATE " + table + " SET " + setPublished + " WHERE " + QuoteIdent(l.ID.Name) + " IN ("
-	}
+	s.ackSets = setPublished
 	s.deadSets = setDead
 	s.retryCount, s.errorCol = l.RetryCount, l.Error
 	s.pendingValues = setPending
