@@ -144,4 +144,3 @@ func restoreSQL(c tableColumn, doc string) string {
 	}
 	return e
 }
-
