@@ -1,7 +1,8 @@
 // Package migrations embeds the SQL that creates and upgrades the relay's own
 // schema, one directory per dialect. Every file has an up and a down section
 // (goose format). The SQL is unqualified: it runs with search_path set to the
-// configured relay schema, so the same files serve any schema name.
+// configured relay schema (on MySQL/MariaDB, with the relay database as the
+// connection's database), so the same files serve any schema name.
 package migrations
 
 import "embed"
@@ -10,3 +11,8 @@ import "embed"
 //
 //go:embed postgres/*.sql
 var Postgres embed.FS
+
+// MySQL holds the MySQL 8 / MariaDB 10.6+ migrations under "mysql/".
+//
+//go:embed mysql/*.sql
+var MySQL embed.FS

@@ -1,0 +1,235 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
+
+// maxInList bounds the ids of one statement.
+const maxInList = 1000
+
+// batch is a claim held by an open transaction.
+type batch struct {
+	store *Store
+	tx    *sql.Tx
+	rows  []source.Row
+}
+
+func (b *batch) Rows() []source.Row { return b.rows }
+
+// Release implements source.Batch: ROLLBACK gives every row back.
+func (b *batch) Release(context.Context) error {
+	if err := b.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+		return fmt.Errorf("release claim: %w", err)
+	}
+	return nil
+}
+
+// Complete implements source.Batch: acknowledgements, retry state and dead
+// letters are written in the claim's transaction, which then commits.
+func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
+	if err := b.complete(ctx, o); err != nil {
+		_ = b.tx.Rollback()
+		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
+	}
+	if err := b.tx.Commit(); err != nil {
+		return fmt.Errorf("complete batch on %s: commit: %w", b.store.opts.Table, err)
+	}
+	return nil
+}
+
+func (b *batch) complete(ctx context.Context, o source.Outcome) error {
+	s := b.store
+	var clear []string
+	if len(o.Published) > 0 {
+		ids := make([]string, len(o.Published))
+		for i, idx := range o.Published {
+			r := &b.rows[idx]
+			ids[i] = r.ID
+			if r.Attempts > 0 {
+				clear = append(clear, r.ID)
+			}
+		}
+		sets := ""
+		if s.opts.Layout.Mode != "delete" {
+			sets = s.sql.ackSets
+		}
+		if err := b.byIDs(ctx, "acknowledge", sets, ids); err != nil {
+			return err
+		}
+	}
+	if len(o.Retry) > 0 {
+		if err := b.retry(ctx, o.Retry); err != nil {
+			return err
+		}
+	}
+	if len(o.Dead) > 0 {
+		if err := b.dead(ctx, o.Dead); err != nil {
+			return err
+		}
+		for _, d := range o.Dead {
+			if r := &b.rows[d.Index]; r.Attempts > 0 {
+				clear = append(clear, r.ID)
+			}
+		}
+	}
+	for chunk := range chunks(clear) {
+		q := "DELETE FROM " + QuoteIdent(s.opts.RelayDatabase) + ".retry_state WHERE source = ? AND event_id IN (" + placeholders(len(chunk), "") + ")"
+		args := []any{s.opts.Source}
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		if _, err := b.tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("clear retry state: %w", err)
+		}
+	}
+	return nil
+}
+
+// idsTable is a derived table u(id) of the given ids, for joining to the
+// outbox table: the join finds each row by its key whatever the planner
+// believes of the table's size (an IN list on a table whose statistics
+// still say empty is scanned whole, and a scan waits on every other
+// claimer's rows: a deadlock).
+func (s *Store) idsTable(ids []string) (string, []any, error) {
+	ph := "?"
+	if w := s.idWrap(); w != "" {
+		ph = fmt.Sprintf(w, "?")
+	}
+	var b strings.Builder
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		v, err := s.idArg(id)
+		if err != nil {
+			return "", nil, fmt.Errorf("id %q: %w", id, err)
+		}
+		args[i] = v
+		if i == 0 {
+			b.WriteString("(SELECT " + ph + " AS id")
+		} else {
+			b.WriteString(" UNION ALL SELECT " + ph)
+		}
+	}
+	b.WriteString(") u STRAIGHT_JOIN " + s.opts.Table.String() + " AS o ON " + col("o", s.opts.Layout.ID.Name) + " = u.id")
+	return b.String(), args, nil
+}
+
+// byIDs deletes the rows with ids (sets empty) or updates them with sets, a
+// chunk at a time.
+func (b *batch) byIDs(ctx context.Context, what, sets string, ids []string) error {
+	for chunk := range chunks(ids) {
+		join, args, err := b.store.idsTable(chunk)
+		if err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		q := "DELETE o FROM " + join
+		if sets != "" {
+			q = "UPDATE " + join + " SET " + sets
+		}
+		if _, err := b.tx.ExecContext(ctx, q, args...); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+	}
+	return nil
+}
+
+// retry upserts the retry state of failed rows and, when the table has
+// them, its retry count and error columns.
+func (b *batch) retry(ctx context.Context, rs []source.Retry) error {
+	s := b.store
+	var vals []string
+	var args []any
+	for _, r := range rs {
+		row := &b.rows[r.Index]
+		vals = append(vals, "(?, ?, ?, ?, ?, ?, "+now+", "+now+")")
+		args = append(args, s.opts.Source, row.ID, cutOrderKey(row.OrderKey), r.Attempts, r.At.UTC(), truncate(r.Err))
+	}
+	q := "INSERT INTO " + QuoteIdent(s.opts.RelayDatabase) + `.retry_state
+  (source, event_id, order_key, attempts, next_attempt_at, last_error, first_failed_at, updated_at)
+VALUES ` + strings.Join(vals, ", ") + `
+ON DUPLICATE KEY UPDATE order_key = VALUES(order_key), attempts = VALUES(attempts),
+  next_attempt_at = VALUES(next_attempt_at), last_error = VALUES(last_error), updated_at = VALUES(updated_at)`
+	if _, err := b.tx.ExecContext(ctx, q, args...); err != nil {
+		return fmt.Errorf("record retry state: %w", err)
+	}
+	if s.sql.retryCount == "" && s.sql.errorCol == "" {
+		return nil
+	}
+	ids := make([]string, len(rs))
+	attempts := make([]any, len(rs))
+	errs := make([]any, len(rs))
+	for i, r := range rs {
+		ids[i], attempts[i], errs[i] = b.rows[r.Index].ID, r.Attempts, truncate(r.Err)
+	}
+	return b.updateRows(ctx, "record retry in the row", "", ids, attempts, errs)
+}
+
+// updateRows sets the retry count and error columns of rows by id, each
+// row its own value (CASE on the id), with extra SET items before them.
+func (b *batch) updateRows(ctx context.Context, what, extra string, ids []string, attempts, errs []any) error {
+	s := b.store
+	wrap := s.idWrap()
+	ph := "?"
+	if wrap != "" {
+		ph = fmt.Sprintf(wrap, "?")
+	}
+	idArgs := make([]any, len(ids))
+	for i, id := range ids {
+		v, err := s.idArg(id)
+		if err != nil {
+			return fmt.Errorf("%s: id %q: %w", what, id, err)
+		}
+		idArgs[i] = v
+	}
+	var sets []string
+	var args []any
+	if extra != "" {
+		sets = append(sets, extra)
+	}
+	caseOf := func(vals []any, expr string) string {
+		var c strings.Builder
+		c.WriteString("CASE " + col("o", s.opts.Layout.ID.Name))
+		for i := range ids {
+			c.WriteString(" WHEN " + ph + " THEN " + expr)
+			args = append(args, idArgs[i], vals[i])
+		}
+		c.WriteString(" END")
+		return c.String()
+	}
+	if s.sql.retryCount != "" {
+		sets = append(sets, QuoteIdent(s.sql.retryCount)+" = "+caseOf(attempts, "LEAST(?, 32767)"))
+	}
+	if s.sql.errorCol != "" {
+		sets = append(sets, QuoteIdent(s.sql.errorCol)+" = "+caseOf(errs, "?"))
+	}
+	if len(sets) == 0 {
+		return nil
+	}
+	join, jargs, err := s.idsTable(ids)
+	if err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	q := "UPDATE " + join + " SET " + strings.Join(sets, ", ")
+	if _, err := b.tx.ExecContext(ctx, q, append(jargs, args...)...); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
+// chunks splits ids into runs of at most maxInList.
+func chunks(ids []string) func(func([]string) bool) {
+	return func(yield func([]string) bool) {
+		for len(ids) > 0 {
+			n := min(len(ids), maxInList)
+			if !yield(ids[:n]) {
+				return
+			}
+			ids = ids[n:]
+		}
+	}
+}

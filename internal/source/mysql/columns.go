@@ -1,0 +1,146 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+
+	"github.com/outbox-relay/outbox-relay/internal/layout"
+)
+
+// tableColumn is one column as the catalogue describes it.
+type tableColumn struct {
+	Name      string
+	Type      string // COLUMN_TYPE, or "json" (see Columns)
+	Generated bool
+	Primary   bool // part of the primary key
+}
+
+// Columns describes the table's columns, for layout.Resolve. Type is the
+// column type as the server spells it (bigint(20) unsigned, varchar(255),
+// datetime(6), longblob); a JSON column is "json" on both servers, MariaDB's
+// included (a LONGTEXT with a JSON_VALID check), so that the layout trusts
+// its payloads as JSON.
+func Columns(ctx context.Context, db *sql.DB, t Table) ([]layout.Column, error) {
+	cols, err := tableColumns(ctx, db, t)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]layout.Column, len(cols))
+	for i, c := range cols {
+		out[i] = layout.Column{Name: c.Name, Type: c.Type}
+	}
+	return out, nil
+}
+
+func tableColumns(ctx context.Context, db *sql.DB, t Table) ([]tableColumn, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	schemaExpr, args := "DATABASE()", []any{t.Name}
+	if t.Schema != "" {
+		schemaExpr, args = "?", []any{t.Schema, t.Name}
+	}
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, LOWER(COLUMN_TYPE), EXTRA, COLUMN_KEY FROM information_schema.COLUMNS
+WHERE TABLE_SCHEMA = `+schemaExpr+` AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %w", t, err)
+	}
+	defer rows.Close()
+	var cols []tableColumn
+	for rows.Next() {
+		var c tableColumn
+		var extra, key string
+		if err := rows.Scan(&c.Name, &c.Type, &extra, &key); err != nil {
+			return nil, fmt.Errorf("describe %s: %w", t, err)
+		}
+		c.Generated = strings.Contains(strings.ToUpper(extra), "GENERATED")
+		c.Primary = key == "PRI"
+		cols = append(cols, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("describe %s: %w", t, err)
+	}
+	if len(cols) == 0 {
+		return nil, fmt.Errorf("table %s not found (or not visible to this user)", t)
+	}
+	// MariaDB's JSON is LONGTEXT with a JSON_VALID(`col`) check.
+	checks, err := jsonChecks(ctx, db, schemaExpr, args)
+	if err != nil {
+		return nil, fmt.Errorf("describe %s: %w", t, err)
+	}
+	for i := range cols {
+		if strings.HasSuffix(cols[i].Type, "text") && checks["json_valid("+QuoteIdent(cols[i].Name)+")"] {
+			cols[i].Type = "json"
+		}
+	}
+	return cols, nil
+}
+
+// jsonChecks returns the table's check clauses, lower-cased, on MariaDB
+// (MySQL has a real JSON type and no TABLE_NAME in CHECK_CONSTRAINTS).
+func jsonChecks(ctx context.Context, db *sql.DB, schemaExpr string, args []any) (map[string]bool, error) {
+	var version string
+	if err := db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return nil, err
+	}
+	if !strings.Contains(strings.ToLower(version), "mariadb") {
+		return nil, nil
+	}
+	rows, err := db.QueryContext(ctx, `SELECT LOWER(CHECK_CLAUSE) FROM information_schema.CHECK_CONSTRAINTS
+WHERE CONSTRAINT_SCHEMA = `+schemaExpr+` AND TABLE_NAME = ?`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return nil, err
+		}
+		out[c] = true
+	}
+	return out, rows.Err()
+}
+
+// tableColumns returns the store's table columns, looked up once.
+func (s *Store) tableColumns(ctx context.Context) ([]tableColumn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.columns == nil {
+		cols, err := tableColumns(ctx, s.db, s.opts.Table)
+		if err != nil {
+			return nil, err
+		}
+		s.columns = cols
+	}
+	return s.columns, nil
+}
+
+// rowJSON renders a row of alias as a JSON object of its columns: the copy
+// kept with a dead letter. Bytes are kept as base64 (see restoreSQL).
+func rowJSON(cols []tableColumn, alias string) string {
+	var parts []string
+	for _, c := range cols {
+		v := col(alias, c.Name)
+		if isBinaryType(c.Type) {
+			v = "TO_BASE64(" + v + ")"
+		}
+		parts = append(parts, quoteLiteral(c.Name), v)
+	}
+	return "JSON_OBJECT(" + strings.Join(parts, ", ") + ")"
+}
+
+// restoreSQL reads column c back from a JSON copy made by rowJSON: JSON
+// null is SQL NULL, strings lose their quotes.
+func restoreSQL(c tableColumn, doc string) string {
+	path := quoteLiteral(`$."` + strings.ReplaceAll(c.Name, `"`, `\"`) + `"`)
+	v := "JSON_EXTRACT(" + doc + ", " + path + ")"
+	e := "CASE WHEN JSON_TYPE(" + v + ") = 'NULL' THEN NULL ELSE JSON_UNQUOTE(" + v + ") END"
+	if isBinaryType(c.Type) {
+		e = "FROM_BASE64(" + e + ")"
+	}
+	return e
+}

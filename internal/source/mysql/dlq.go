@@ -1,0 +1,221 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	gomysql "github.com/go-sql-driver/mysql"
+)
+
+// ErrNoPrivilege marks a failure caused by a missing grant.
+var ErrNoPrivilege = errors.New("missing privilege")
+
+// FailedEvent is one row of the dead-letter table.
+type FailedEvent struct {
+	ID              string
+	OriginalEventID string
+	Source          string
+	SourceSchema    string
+	SourceTable     string
+	EventType       string
+	Topic           string
+	Reason          string
+	FailureCount    int
+	FirstFailedAt   time.Time
+	LastFailedAt    time.Time
+	ReplayedAt      *time.Time
+	ReplayCount     int
+	Payload         []byte // the JSON payload, or the raw bytes
+}
+
+// DLQFilter selects dead letters. Empty fields match everything; replayed
+// entries are left out unless IncludeReplayed.
+type DLQFilter struct {
+	IDs             []string // failed_events ids
+	EventIDs        []string // original event ids
+	Source          string
+	EventType       string
+	Since           time.Time
+	IncludeReplayed bool
+	Limit           int
+}
+
+// ListFailed returns dead letters matching f, oldest first.
+func ListFailed(ctx context.Context, db *sql.DB, relayDB string, f DLQFilter) ([]FailedEvent, error) {
+	if relayDB == "" {
+		relayDB = DefaultRelayDatabase
+	}
+	var (
+		where []string
+		args  []any
+	)
+	in := func(col string, vals []string) {
+		where = append(where, col+" IN ("+placeholders(len(vals), "")+")")
+		for _, v := range vals {
+			args = append(args, v)
+		}
+	}
+	if len(f.IDs) > 0 {
+		in("CAST(id AS CHAR)", f.IDs)
+	}
+	if len(f.EventIDs) > 0 {
+		in("original_event_id", f.EventIDs)
+	}
+	if f.Source != "" {
+		where, args = append(where, "source = ?"), append(args, f.Source)
+	}
+	if f.EventType != "" {
+		where, args = append(where, "event_type = ?"), append(args, f.EventType)
+	}
+	if !f.Since.IsZero() {
+		where, args = append(where, "first_failed_at >= ?"), append(args, f.Since.UTC())
+	}
+	if !f.IncludeReplayed {
+		where = append(where, "replayed_at IS NULL")
+	}
+	q := `SELECT CAST(id AS CHAR), original_event_id, source, source_schema, source_table, event_type, COALESCE(topic, ''),
+  failure_reason, failure_count, first_failed_at, last_failed_at, replayed_at, replay_count,
+  COALESCE(CAST(payload AS CHAR CHARACTER SET utf8mb4), payload_raw)
+FROM ` + QuoteIdent(relayDB) + `.failed_events`
+	if len(where) > 0 {
+		q += " WHERE " + strings.Join(where, " AND ")
+	}
+	q += " ORDER BY created_at, id"
+	if f.Limit > 0 {
+		q += " LIMIT ?"
+		args = append(args, f.Limit)
+	}
+	rows, err := db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	defer rows.Close()
+	var out []FailedEvent
+	for rows.Next() {
+		var (
+			e        FailedEvent
+			replayed sql.NullTime
+		)
+		if err := rows.Scan(&e.ID, &e.OriginalEventID, &e.Source, &e.SourceSchema, &e.SourceTable, &e.EventType, &e.Topic,
+			&e.Reason, &e.FailureCount, &e.FirstFailedAt, &e.LastFailedAt, &replayed, &e.ReplayCount, &e.Payload); err != nil {
+			return nil, fmt.Errorf("list dead letters: %w", err)
+		}
+		if replayed.Valid {
+			t := replayed.Time
+			e.ReplayedAt = &t
+		}
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list dead letters: %w", err)
+	}
+	return out, nil
+}
+
+// Replay puts dead letters of this store's source back into the pending
+// set: the row is updated back to pending (or, when the layout deleted it,
+// inserted again from the copy kept in failed_events, which needs INSERT on
+// the table), its retry state is cleared, the dead letter is marked replayed
+// and an audit row records who did it. Each event is its own transaction.
+func (s *Store) Replay(ctx context.Context, events []FailedEvent, actor string) (int, error) {
+	if s.invalid != nil {
+		return 0, s.invalid
+	}
+	l := s.opts.Layout
+	update := ""
+	if s.sql.pendingValues != "" && l.Mode != "delete" {
+		update = "UPDATE " + s.opts.Table.String() + " SET " + s.sql.pendingValues + " WHERE " + QuoteIdent(l.ID.Name) + " = " + idValueSQL(l, "?")
+	}
+	n := 0
+	for _, e := range events {
+		if e.Source != s.opts.Source {
+			return n, fmt.Errorf("replay %s: dead letter belongs to source %q, not %q", e.ID, e.Source, s.opts.Source)
+		}
+		if err := s.replayOne(ctx, e, update, actor); err != nil {
+			return n, fmt.Errorf("replay %s (event %s): %w", e.ID, e.OriginalEventID, err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+func (s *Store) replayOne(ctx context.Context, e FailedEvent, update, actor string) error {
+	rs := QuoteIdent(s.opts.RelayDatabase)
+	table := s.opts.Table.String()
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = tx.Rollback() }()
+	restored := false
+	if update != "" {
+		if _, err := tx.ExecContext(ctx, update, e.OriginalEventID); err != nil {
+			return fmt.Errorf("reset row: %w", err)
+		}
+		// Rows matched, not changed, is what counts: a row already pending
+		// is there all the same.
+		var there int
+		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE "+QuoteIdent(s.opts.Layout.ID.Name)+" = "+
+			idValueSQL(s.opts.Layout, "?"), e.OriginalEventID).Scan(&there); err != nil {
+			return fmt.Errorf("reset row: %w", err)
+		}
+		restored = there > 0
+	}
+	if !restored {
+		cols, err := s.tableColumns(ctx)
+		if err != nil {
+			return err
+		}
+		var names, vals []string
+		for _, c := range cols {
+			if c.Generated {
+				continue
+			}
+			names = append(names, QuoteIdent(c.Name))
+			vals = append(vals, restoreSQL(c, "f.row_data"))
+		}
+		res, err := tx.ExecContext(ctx, "INSERT INTO "+table+" ("+strings.Join(names, ", ")+") SELECT "+strings.Join(vals, ", ")+
+			" FROM "+rs+".failed_events f WHERE f.id = ? AND f.row_data IS NOT NULL", e.ID)
+		if err != nil {
+			if isPrivilegeError(err) {
+				return fmt.Errorf("restore deleted row (needs INSERT on %s): %w: %w", table, ErrNoPrivilege, err)
+			}
+			return fmt.Errorf("restore deleted row: %w", err)
+		}
+		if n, _ := res.RowsAffected(); n == 0 {
+			return errors.New("restore deleted row: no copy of the row was kept")
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "DELETE FROM "+rs+".retry_state WHERE source = ? AND event_id = ?", s.opts.Source, e.OriginalEventID); err != nil {
+		return fmt.Errorf("clear retry state: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "UPDATE "+rs+".failed_events SET replayed_at = "+now+", replay_count = replay_count + 1 WHERE id = ?", e.ID); err != nil {
+		return fmt.Errorf("mark replayed: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, "INSERT INTO "+rs+".failed_event_audit (failed_event_id, action, actor, detail, at) VALUES (?, 'replay', ?, ?, "+now+")",
+		e.ID, actor, "event "+e.OriginalEventID+" back to pending in "+table); err != nil {
+		return fmt.Errorf("audit: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("commit: %w", err)
+	}
+	return nil
+}
+
+// isPrivilegeError says whether err is the server refusing for lack of a
+// grant (table, column or database access denied).
+func isPrivilegeError(err error) bool {
+	var me *gomysql.MySQLError
+	if !errors.As(err, &me) {
+		return false
+	}
+	switch me.Number {
+	case 1142, 1143, 1044, 1227:
+		return true
+	}
+	return false
+}

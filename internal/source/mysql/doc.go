@@ -1,0 +1,26 @@
+// Package mysql implements the source seam for MySQL 8 and MariaDB 10.6+
+// with database/sql and go-sql-driver/mysql, on the PostgreSQL store's
+// model: a claim is a transaction on one connection whose SELECT ... FOR
+// UPDATE SKIP LOCKED locks the batch; the transaction stays open while the
+// batch is published; acknowledgement, retry state and dead letters are
+// written in it before it commits; Release rolls it back. A relay that dies
+// loses its connection and the server rolls its claims back; one that hangs
+// is cut off by wait_timeout (the claim timeout).
+//
+// The exported API, for wiring a source:
+//
+//   - Open / OpenWith: a pool set up as the relay needs it (UTC, READ
+//     COMMITTED, client-side parameters, wait_timeout = claim timeout,
+//     optionally connections marked with the owner's name).
+//   - Columns: the table's columns for layout.Resolve (MariaDB's JSON
+//     columns reported as "json").
+//   - New(db, Options) *Store: the source.Store; Options.Validate checks
+//     every identifier first (backticks, NUL and names over 64 characters
+//     are refused, naming the field).
+//   - NewMigrator: the relay database's migrations (goose, up, down,
+//     status); the relay database defaults to DefaultRelayDatabase.
+//   - NewLeases: one owner per source across replicas.
+//   - ListFailed and Store.Replay: the dead-letter list and its replay.
+//   - CheckPrivileges, NeededPrivileges, UpdatedColumns and
+//     CheckRelayDatabase: what the relay's user lacks.
+package mysql

@@ -1,0 +1,329 @@
+package mysql
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
+)
+
+// Relay tables compare text under one collation, whatever the outbox
+// table's: utf8mb4_bin, so that ids and keys match byte for byte and no
+// "illegal mix of collations" can arise.
+const binCollation = " COLLATE utf8mb4_bin"
+
+// maxOrderKeyLen is the length of retry_state.order_key: longer keys are
+// cut there, both where they are stored and where they are compared.
+const maxOrderKeyLen = 500
+
+// statements is the SQL of one source, built once from its layout. Lists
+// of ids are appended at run time (see inList).
+type statements struct {
+	claim         string // ? source [, ? source], ? limit
+	ackSets       string // SET list for a published row (not in delete mode)
+	deadSets      string // SET list for a dead-lettered row (not in delete mode)
+	retryCount    string // column to keep attempts in, or ""
+	errorCol      string // column to keep the last error in, or ""
+	pendingValues string // SET list that puts a row back in the pending set
+	gauges        string // ? source
+	stats         string // ? source, schema, table, last id, published, retried, dead, pending, lag
+}
+
+// col renders alias.column.
+func col(alias, name string) string { return alias + "." + QuoteIdent(name) }
+
+// asText renders an expression as utf8mb4 text.
+func asText(expr string) string { return "CAST(" + expr + " AS CHAR CHARACTER SET utf8mb4)" }
+
+// templateSQL renders a template as a text expression that is NULL when
+// any referenced column is NULL (CONCAT propagates NULL).
+func templateSQL(t config.Template, alias string) string {
+	var parts []string
+	for _, p := range t {
+		if p.Column != "" {
+			parts = append(parts, asText(col(alias, p.Column)))
+		} else {
+			parts = append(parts, quoteLiteral(p.Literal))
+		}
+	}
+	switch len(parts) {
+	case 0:
+		return "NULL"
+	case 1:
+		return parts[0]
+	}
+	return "CONCAT(" + strings.Join(parts, ", ") + ")"
+}
+
+func templateOrNull(t config.Template, alias string) string {
+	if len(t) == 0 {
+		return "NULL"
+	}
+	return templateSQL(t, alias)
+}
+
+func optText(alias, name string) string {
+	if name == "" {
+		return "NULL"
+	}
+	return asText(col(alias, name))
+}
+
+func optCol(alias, name string) string {
+	if name == "" {
+		return "NULL"
+	}
+	return col(alias, name)
+}
+
+// orderKeySQL is the row's order key: the first of the layout's order key
+// templates that is neither NULL nor empty, else ”.
+func orderKeySQL(l *layout.Layout, alias string) string {
+	if len(l.OrderKeys) == 0 {
+		return "''"
+	}
+	var parts []string
+	for _, t := range l.OrderKeys {
+		parts = append(parts, "NULLIF("+templateSQL(t, alias)+", '')")
+	}
+	return "COALESCE(" + strings.Join(parts, ", ") + ", '')"
+}
+
+// attemptsSQL is a row's failed attempts: the relay's retry state, else the
+// table's own retry counter (which another relay may have kept), else 0.
+func attemptsSQL(l *layout.Layout) string {
+	if l.RetryCount == "" {
+		return "COALESCE(r.attempts, 0)"
+	}
+	return "COALESCE(r.attempts, " + col("o", l.RetryCount) + ", 0)"
+}
+
+// nullIfEmpty makes an empty text NULL: an empty key is no key, empty
+// headers are none.
+func nullIfEmpty(expr string) string {
+	if expr == "NULL" {
+		return expr
+	}
+	return "NULLIF(" + expr + ", '')"
+}
+
+// idKind is how ids of a column travel between SQL and Go: integers as
+// numbers, binary ids as lower-case hex, everything else as text.
+type idKind int
+
+const (
+	idText idKind = iota
+	idSigned
+	idUnsigned
+	idBinary
+)
+
+func kindOf(c layout.Column) idKind {
+	t := strings.ToLower(c.Type)
+	for _, p := range []string{"tinyint", "smallint", "mediumint", "int", "bigint"} {
+		if strings.HasPrefix(t, p) {
+			if strings.Contains(t, "unsigned") {
+				return idUnsigned
+			}
+			return idSigned
+		}
+	}
+	if isBinaryType(t) {
+		return idBinary
+	}
+	return idText
+}
+
+// isBinaryType says whether a column type holds bytes rather than text.
+func isBinaryType(t string) bool {
+	t = strings.ToLower(t)
+	for _, p := range []string{"binary", "varbinary", "tinyblob", "blob", "mediumblob", "longblob"} {
+		if t == p || strings.HasPrefix(t, p+"(") {
+			return true
+		}
+	}
+	return false
+}
+
+// idTextSQL renders the id column as the event id text.
+func idTextSQL(l *layout.Layout, alias string) string {
+	c := col(alias, l.ID.Name)
+	if kindOf(l.ID) == idBinary {
+		return "LOWER(HEX(" + c + "))"
+	}
+	return asText(c)
+}
+
+// idValueSQL turns an event id text expression back into the id column's
+// type, for comparing with the column itself.
+func idValueSQL(l *layout.Layout, expr string) string {
+	switch kindOf(l.ID) {
+	case idSigned:
+		return "CAST(" + expr + " AS SIGNED)"
+	case idUnsigned:
+		return "CAST(" + expr + " AS UNSIGNED)"
+	case idBinary:
+		return "UNHEX(" + expr + ")"
+	}
+	return expr
+}
+
+// pendingPredicate is the WHERE condition of rows not yet delivered.
+func pendingPredicate(l *layout.Layout, alias string) string {
+	p := statePredicate(l, alias)
+	if l.Errored.Name != "" {
+		p += " AND " + col(alias, l.Errored.Name) + " = " + l.ErroredValue(false)
+	}
+	return p
+}
+
+func statePredicate(l *layout.Layout, alias string) string {
+	switch l.Mode {
+	case "flag":
+		return col(alias, l.Flag) + " = FALSE"
+	case "timestamp":
+		return col(alias, l.PublishedAt) + " IS NULL"
+	case "status":
+		return col(alias, l.Status) + " = " + quoteLiteral(l.Pending)
+	default: // delete: every row present is pending
+		return "TRUE"
+	}
+}
+
+const now = "UTC_TIMESTAMP(6)"
+
+func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) statements {
+	rs := QuoteIdent(relayDB)
+	var s statements
+	selectList := []string{
+		idTextSQL(l, "o"),
+		col("o", l.Payload.Name),
+		templateSQL(l.Topic, "o"),
+		nullIfEmpty(templateOrNull(l.Key, "o")),
+		templateOrNull(l.PartitionKey, "o"),
+		orderKeySQL(l, "o"),
+		nullIfEmpty(optCol("o", l.Headers)),
+		optText("o", l.EventType),
+		optText("o", l.AggregateType),
+		optText("o", l.AggregateID),
+		optCol("o", l.CreatedAt),
+		optCol("o", l.MaxRetries),
+		attemptsSQL(l),
+	}
+	for _, t := range l.Extra {
+		selectList = append(selectList, templateSQL(t, "o"))
+	}
+	where := []string{
+		pendingPredicate(l, "o"),
+		"(r.next_attempt_at IS NULL OR r.next_attempt_at <= " + now + ")",
+	}
+	if ordering {
+		where = append(where, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = ? AND b.order_key = LEFT("+
+			orderKeySQL(l, "o")+fmt.Sprintf(", %d)", maxOrderKeyLen)+binCollation+" AND b.next_attempt_at > "+now+")")
+	}
+	orderBy := col("o", l.OrderBy)
+	if l.OrderBy != l.ID.Name {
+		orderBy += ", " + col("o", l.ID.Name)
+	}
+	// The retry state is joined, not read in a subquery: a join in a
+	// locking read sees the latest committed retry state of each row it
+	// locks. Its rows are the claimed events' own, which only their
+	// claimer writes.
+	s.claim = fmt.Sprintf(`SELECT %s
+FROM %s o
+LEFT JOIN %s.retry_state r ON r.source = ? AND r.event_id = %s%s
+WHERE %s
+ORDER BY %s
+LIMIT ?
+FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, idTextSQL(l, "o"), binCollation,
+		strings.Join(where, "\n  AND "), orderBy)
+
+	setPublished, setDead, setPending := stateSets(l)
+	s.ackSets = setPublished
+	s.deadSets = setDead
+	s.retryCount, s.errorCol = l.RetryCount, l.Error
+	s.pendingValues = setPending
+
+	backlogAge := "NULL"
+	if l.CreatedAt != "" {
+		backlogAge = "TIMESTAMPDIFF(MICROSECOND, MIN(" + col("o", l.CreatedAt) + "), " + now + ")"
+	}
+	s.gauges = "SELECT COUNT(*), " + backlogAge + ", (SELECT COUNT(*) FROM " + rs +
+		".failed_events WHERE source = ? AND replayed_at IS NULL)\nFROM " + table + " o WHERE " + pendingPredicate(l, "o")
+	s.stats = `INSERT INTO ` + rs + `.relay_state (source, schema_name, table_name, last_poll_time, last_published_event_id,
+  total_events_published, total_events_retried, total_events_dead_lettered, pending_events, lag_seconds, created_at, updated_at)
+VALUES (?, ?, ?, ` + now + `, NULLIF(?, ''), ?, ?, ?, ?, ?, ` + now + `, ` + now + `)
+ON DUPLICATE KEY UPDATE last_poll_time = VALUES(last_poll_time),
+  last_published_event_id = COALESCE(VALUES(last_published_event_id), last_published_event_id),
+  total_events_published = total_events_published + VALUES(total_events_published),
+  total_events_retried = total_events_retried + VALUES(total_events_retried),
+  total_events_dead_lettered = total_events_dead_lettered + VALUES(total_events_dead_lettered),
+  pending_events = VALUES(pending_events), lag_seconds = VALUES(lag_seconds), updated_at = VALUES(updated_at)`
+	return s
+}
+
+// stateSets returns the SET lists for a published row, a dead-lettered row
+// and a row put back in the pending set (replay).
+func stateSets(l *layout.Layout) (published, dead, pending string) {
+	var pub, dd, pend []string
+	switch l.Mode {
+	case "flag":
+		pub = append(pub, QuoteIdent(l.Flag)+" = TRUE")
+		// A dead-lettered row leaves the pending set with its published
+		// timestamp still NULL; failed_events says why.
+		dd = append(dd, QuoteIdent(l.Flag)+" = TRUE")
+		pend = append(pend, QuoteIdent(l.Flag)+" = FALSE")
+	case "status":
+		pub = append(pub, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Published))
+		dd = append(dd, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Failed))
+		pend = append(pend, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Pending))
+	case "timestamp":
+		// The timestamp is the only state there is: a dead letter sets it
+		// too, and failed_events records the failure.
+		// Without an errored flag the timestamp is the only state there
+		// is: a dead letter sets it too, and failed_events records the
+		// failure.
+		if l.Errored.Name == "" {
+			dd = append(dd, QuoteIdent(l.PublishedAt)+" = "+now)
+		}
+	}
+	if l.Errored.Name != "" {
+		// The flag alone takes a dead letter out of the pending set; a
+		// flag or timestamp column keeps saying it was never published.
+		if l.Mode == "flag" {
+			dd = dd[:0]
+		}
+		dd = append(dd, QuoteIdent(l.Errored.Name)+" = "+l.ErroredValue(true))
+		pend = append(pend, QuoteIdent(l.Errored.Name)+" = "+l.ErroredValue(false))
+	}
+	if l.PublishedAt != "" {
+		pub = append(pub, QuoteIdent(l.PublishedAt)+" = "+now)
+		pend = append(pend, QuoteIdent(l.PublishedAt)+" = NULL")
+	}
+	if l.RetryCount != "" {
+		pend = append(pend, QuoteIdent(l.RetryCount)+" = 0")
+	}
+	if l.Error != "" {
+		// NULL where the column allows it, else its default (often '').
+		pend = append(pend, QuoteIdent(l.Error)+" = DEFAULT("+QuoteIdent(l.Error)+")")
+	}
+	return strings.Join(pub, ", "), strings.Join(dd, ", "), strings.Join(pend, ", ")
+}
+
+// placeholders returns "?, ?, ..." for n values, each wrapped by wrap (a
+// format with one %s) when it is not empty.
+func placeholders(n int, wrap string) string {
+	p := "?"
+	if wrap != "" {
+		p = fmt.Sprintf(wrap, "?")
+	}
+	var b strings.Builder
+	for i := range n {
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(p)
+	}
+	return b.String()
+}
