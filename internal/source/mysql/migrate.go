@@ -12,14 +12,12 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 // MigrationStatus is one migration and whether it is applied.
-type MigrationStatus struct {
-	Version int64
-	Name    string
-	Applied bool
-}
+type MigrationStatus = source.MigrationStatus
 
 // Migrator applies the relay's embedded migrations to its own database.
 // The SQL runs with that database as the connection's; goose keeps its

@@ -5,41 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 // FailedEvent is one row of the dead-letter table.
-type FailedEvent struct {
-	ID              string
-	OriginalEventID string
-	Source          string
-	SourceSchema    string
-	SourceTable     string
-	EventType       string
-	Topic           string
-	Reason          string
-	FailureCount    int
-	FirstFailedAt   time.Time
-	LastFailedAt    time.Time
-	ReplayedAt      *time.Time
-	ReplayCount     int
-	Payload         []byte // the JSON payload, or the raw bytes
-}
+type FailedEvent = source.FailedEvent
 
-// DLQFilter selects dead letters. Empty fields match everything; replayed
-// entries are left out unless IncludeReplayed.
-type DLQFilter struct {
-	IDs             []string // failed_events ids
-	EventIDs        []string // original event ids
-	Source          string
-	EventType       string
-	Since           time.Time
-	IncludeReplayed bool
-	Limit           int
-}
+// DLQFilter selects dead letters.
+type DLQFilter = source.DLQFilter
 
 // ListFailed returns dead letters matching f, oldest first.
 func ListFailed(ctx context.Context, pool *pgxpool.Pool, relaySchema string, f DLQFilter) ([]FailedEvent, error) {

@@ -14,14 +14,12 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/outbox-relay/outbox-relay/migrations"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 // MigrationStatus is one migration and whether it is applied.
-type MigrationStatus struct {
-	Version int64
-	Name    string
-	Applied bool
-}
+type MigrationStatus = source.MigrationStatus
 
 // Migrator applies the relay's embedded migrations to its own schema. The
 // SQL runs with search_path set to that schema; goose keeps its version table
