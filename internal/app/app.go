@@ -5,6 +5,7 @@ package app
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -22,6 +23,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
@@ -32,7 +35,11 @@ type App struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	owner   string
-	pools   map[string]*pgxpool.Pool
+	pools   map[string]*pgxpool.Pool // PostgreSQL databases
+	// mysqlDBs are the MySQL and MariaDB databases, myLeases their lease
+	// tables.
+	mysqlDBs map[string]*sql.DB
+	myLeases map[string]*mysql.Leases
 
 	kgoOpts       []kgo.Opt
 	tracer        pgx.QueryTracer
@@ -79,12 +86,23 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 		cfg: cfg, log: log, reg: reg, metrics: metrics.New(reg),
 		owner: fmt.Sprintf("%s/%d/%04x", host, os.Getpid(), rand.N(1<<16)),
 		pools: map[string]*pgxpool.Pool{}, sinks: map[string]sink.Publisher{}, running: map[string]*runningSource{},
+		mysqlDBs: map[string]*sql.DB{}, myLeases: map[string]*mysql.Leases{},
 	}
 	for _, o := range opts {
 		o(a)
 	}
 	for name, db := range cfg.Databases {
-		if db.Driver != "postgres" {
+		switch db.Driver {
+		case "postgres":
+		case "mysql":
+			pool, err := a.openMySQL(ctx, name, db)
+			if err != nil {
+				a.Close()
+				return nil, err
+			}
+			a.mysqlDBs[name] = pool
+			continue
+		default:
 			a.Close()
 			return nil, fmt.Errorf("databases.%s.driver: %q is not supported", name, db.Driver)
 		}
@@ -126,10 +144,10 @@ func (a *App) Pool(name string) *pgxpool.Pool { return a.pools[name] }
 // Migrate applies the relay's migrations in every database, then those of
 // the outbox tables the relay manages (manage_table).
 func (a *App) Migrate(ctx context.Context) error {
-	for name := range a.pools {
-		m, err := postgres.NewMigrator(a.cfg.Databases[name].DSN, a.cfg.RelaySchema)
+	for name := range a.cfg.Databases {
+		m, err := NewMigrator(a.cfg, name)
 		if err != nil {
-			return fmt.Errorf("databases.%s: %w", name, err)
+			return err
 		}
 		err = m.Up(ctx)
 		_ = m.Close()
@@ -143,12 +161,44 @@ func (a *App) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// Migrator applies the relay's own migrations to one database.
+type Migrator interface {
+	Up(ctx context.Context) error
+	// Down rolls back the newest migration, or every one (dropping the
+	// relay's schema) when all is set.
+	Down(ctx context.Context, all bool) error
+	Status(ctx context.Context) ([]source.MigrationStatus, error)
+	Close() error
+}
+
+// NewMigrator returns the migrator of database name, for its driver.
+func NewMigrator(cfg *config.Config, name string) (Migrator, error) {
+	db := cfg.Databases[name]
+	var (
+		m   Migrator
+		err error
+	)
+	switch db.Driver {
+	case "mysql":
+		m, err = mysql.NewMigrator(db.DSN, cfg.RelaySchema)
+	default:
+		m, err = postgres.NewMigrator(db.DSN, cfg.RelaySchema)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("databases.%s: %w", name, err)
+	}
+	return m, nil
+}
+
 // MigrateTables creates or upgrades, in database db, the outbox tables of
 // the sources whose manage_table is on.
 func MigrateTables(ctx context.Context, cfg *config.Config, db string) error {
 	for i, s := range cfg.Sources {
 		if s.Database != db || s.ManageTable == nil || !*s.ManageTable || s.Table == "" {
 			continue
+		}
+		if cfg.Databases[db].Driver == "mysql" {
+			return fmt.Errorf("sources[%d].manage_table: the relay does not create tables on MySQL yet; create it and set manage_table: false", i)
 		}
 		schema, table, err := config.ParseTableName(s.Table)
 		if err != nil {
@@ -193,6 +243,12 @@ func (a *App) Close() {
 	for _, p := range a.pools {
 		p.Close()
 	}
+	for _, l := range a.myLeases {
+		_ = l.Close()
+	}
+	for _, db := range a.mysqlDBs {
+		_ = db.Close()
+	}
 }
 
 // ready lists readiness checks: each database, each sink, each source.
@@ -200,6 +256,9 @@ func (a *App) ready(ctx context.Context) map[string]error {
 	out := map[string]error{}
 	for name, p := range a.pools {
 		out["database:"+name] = p.Ping(ctx)
+	}
+	for name, db := range a.mysqlDBs {
+		out["database:"+name] = db.PingContext(ctx)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

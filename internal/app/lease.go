@@ -21,6 +21,9 @@ type leaseStore interface {
 
 // leasesFor returns the lease table of the source's database.
 func (a *App) leasesFor(s *Source) leaseStore {
+	if s.MySQL != nil {
+		return a.mysqlLeases(s.Config.Database)
+	}
 	return postgres.NewLeases(s.Pool, a.cfg.RelaySchema, a.owner)
 }
 

@@ -86,7 +86,7 @@ func (a *App) Run(ctx context.Context) error {
 		a.mu.Lock()
 		a.running[s.Name] = r
 		a.mu.Unlock()
-		a.log.Info("source started", "source", s.Name, "table", s.Table.String(), "mode", s.Layout.Mode)
+		a.log.Info("source started", "source", s.Name, "table", s.TableName(), "mode", s.Layout.Mode)
 		wg.Go(func() {
 			a.runLeased(ctx, s, r, build)
 		})
@@ -142,7 +142,10 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 		}
 	}
 	var wake <-chan struct{}
-	if cs.Notify != "off" {
+	if s.MySQL != nil && cs.Notify == "on" {
+		return nil, fmt.Errorf("sources[%d].notify: on needs PostgreSQL (LISTEN/NOTIFY); MySQL sources poll", s.Index)
+	}
+	if cs.Notify != "off" && s.MySQL == nil {
 		has, err := a.ensureTrigger(ctx, s)
 		switch {
 		case has:

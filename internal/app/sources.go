@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"regexp"
@@ -13,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
@@ -30,9 +32,26 @@ type Source struct {
 	Pool  *pgxpool.Pool
 	Table postgres.Table
 	PG    *postgres.Store
+	// MySQL is set for a MySQL or MariaDB source.
+	MySQL *MySQLSource
 	// Routes are the source's routes with their columns checked against
 	// the table (sinks are connected when the source starts).
 	Routes []relay.Route
+}
+
+// MySQLSource is a MySQL or MariaDB source's connections, table and store.
+type MySQLSource struct {
+	DB    *sql.DB
+	Table mysql.Table
+	Store *mysql.Store
+}
+
+// TableName is the source's table as its database quotes it.
+func (s *Source) TableName() string {
+	if s.MySQL != nil {
+		return s.MySQL.Table.String()
+	}
+	return s.Table.String()
 }
 
 // routeExtras checks each route's column and topic against the table and
@@ -87,6 +106,20 @@ func (a *App) Resolve(ctx context.Context) ([]*Source, error) {
 
 func (a *App) resolveConfigSource(ctx context.Context, i int, cs config.Source) ([]*Source, error) {
 	path := fmt.Sprintf("sources[%d]", i)
+	if _, ok := a.mysqlDBs[cs.Database]; ok {
+		if cs.Discover != nil {
+			return nil, fmt.Errorf("%s.discover: discovery needs PostgreSQL; list MySQL tables one by one", path)
+		}
+		schema, table, err := config.ParseTableName(cs.Table)
+		if err != nil {
+			return nil, fmt.Errorf("%s.table: %w", path, err)
+		}
+		s, err := a.resolveMySQLTable(ctx, i, cs, cs.Name, mysql.Table{Schema: schema, Name: table})
+		if err != nil {
+			return nil, err
+		}
+		return []*Source{s}, nil
+	}
 	pool := a.pools[cs.Database]
 	if pool == nil {
 		return nil, fmt.Errorf("%s.database: unknown database %q", path, cs.Database)

@@ -13,7 +13,7 @@ import (
 var (
 	logLevels      = []string{"debug", "info", "warn", "error"}
 	logFormats     = []string{"json", "text"}
-	dbDrivers      = []string{"postgres"}
+	dbDrivers      = []string{"postgres", "mysql"}
 	sinkTypes      = []string{"kafka", "nats", "rabbitmq", "redis", "mqtt", "webhook"}
 	compressions   = []string{"none", "gzip", "snappy", "lz4", "zstd"}
 	saslMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
