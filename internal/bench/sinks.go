@@ -78,23 +78,31 @@ func newTarget(ctx context.Context, o Options, k kafkaEnv) (*target, error) {
 		url = defaultSinkURLs[o.Sink]
 	}
 	sfx := newSchema()[len("outbox_bench_"):]
+	var tg *target
+	var err error
 	switch o.Sink {
 	case "", "kafka":
 		return kafkaTarget(k), nil
 	case "nats":
-		return natsTarget(ctx, url, sfx)
+		tg, err = natsTarget(ctx, url, sfx)
 	case "rabbitmq":
-		return rabbitTarget(url, sfx)
+		tg, err = rabbitTarget(url, sfx)
 	case "redis":
-		return redisTarget(ctx, url, sfx)
+		tg, err = redisTarget(ctx, url, sfx)
 	case "mqtt":
-		return &target{kind: "mqtt", sink: config.Sink{Type: "mqtt", MQTT: &mqtt.Config{URL: url}},
+		tg = &target{kind: "mqtt", sink: config.Sink{Type: "mqtt", MQTT: &mqtt.Config{URL: url}},
 			topic: "outbox-bench/" + sfx + "/events", cpu: serverCPU("mosquitto"), close: func() {},
-			note: "MQTT server at " + redact(url) + ", QoS 1, no subscriber (the server acknowledges and drops)"}, nil
+			note: "MQTT server at " + redact(url) + ", QoS 1, no subscriber (the server acknowledges and drops)"}
 	case "webhook":
 		return webhookTarget()
+	default:
+		return nil, fmt.Errorf("unknown sink %q (have: %s)", o.Sink, strings.Join(Sinks, ", "))
 	}
-	return nil, fmt.Errorf("unknown sink %q (have: %s)", o.Sink, strings.Join(Sinks, ", "))
+	if err != nil {
+		return nil, err
+	}
+	tg.note += "; broker CPU is the whole server's, its other clients included"
+	return tg, nil
 }
 
 // natsTarget makes a file-backed JetStream stream capturing the run's
