@@ -115,6 +115,8 @@ sources:
     layout:
       headers: headers
     poll: {min: 10ms, max: 100ms}
+    batch_size: 7      # a key's events span batches, several in flight
+    pipeline: 3
     routes:
       - name: to-nats
         event_types: [journey.nats]
