@@ -3,7 +3,8 @@
 // schema, prefills it with COPY, measures the ceiling (a loop of the relay's
 // own claim and acknowledge statements, same batch size and table, no
 // broker), refills, and measures the relay publishing to Kafka (an
-// in-process broker unless brokers are given). It reports events/s, the
+// in-process broker unless brokers are given) or, for the drain workload,
+// to another sink type on its local server (sinks.go). It reports events/s, the
 // ratio relay/ceiling, CPU per event of this process and of PostgreSQL, WAL
 // and transactions per event, dead tuples left, and peak RSS.
 package bench
@@ -17,6 +18,8 @@ import (
 	"math/rand/v2"
 	"net/url"
 	"os"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -43,6 +46,12 @@ type Options struct {
 	// (its CPU and memory then count as the relay's).
 	InProcessBroker bool
 	Partitions      int
+	// Sink is the sink type the drain workload's relay phase publishes to
+	// (one of Sinks; default kafka). Other workloads publish to Kafka.
+	Sink string
+	// SinkURL is the server of a sink other than Kafka; default the local
+	// one. The webhook sink's receiver always runs in this process.
+	SinkURL string
 	// Rates, RowsPerTx and Duration shape the steady workload.
 	Rates     []int
 	RowsPerTx []int
@@ -87,6 +96,13 @@ type Result struct {
 	// the order they were written.
 	OrderHeld *bool `json:"order_held,omitempty"`
 	BrokerRSS int64 `json:"broker_peak_rss_bytes"`
+	// Sink is the sink type the relay published to, and SinkNote where
+	// and how.
+	Sink     string `json:"sink"`
+	SinkNote string `json:"sink_note"`
+	// SinkStored is how many events the sink's server held after the relay
+	// phase, where it can tell.
+	SinkStored *int `json:"sink_stored,omitempty"`
 }
 
 // Report is what a run measured.
@@ -101,6 +117,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	case "drain", "steady", "sparse", "keys":
 	default:
 		return nil, fmt.Errorf("unknown workload %q (have: drain, steady, sparse, keys)", o.Workload)
+	}
+	if o.Sink == "" {
+		o.Sink = "kafka"
+	}
+	if !slices.Contains(Sinks, o.Sink) {
+		return nil, fmt.Errorf("unknown sink %q (have: %s)", o.Sink, strings.Join(Sinks, ", "))
+	}
+	if o.Sink != "kafka" && o.Workload != "drain" {
+		return nil, fmt.Errorf("workload %s publishes to Kafka only; --sink %s applies to drain", o.Workload, o.Sink)
 	}
 	dsn, dropDB, err := ownDatabase(ctx, o.DSN)
 	if err != nil {
@@ -117,28 +142,30 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	brokers := o.Brokers
-	var br *broker
+	k := kafkaEnv{brokers: o.Brokers, note: "Kafka cluster at " + strings.Join(o.Brokers, ",")}
 	switch {
-	case len(brokers) > 0:
+	case o.Sink != "kafka":
+	case len(k.brokers) > 0:
 	case o.InProcessBroker:
 		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.Partitions), topic))
 		if err != nil {
 			return nil, fmt.Errorf("start in-process Kafka: %w", err)
 		}
 		defer c.Close()
-		brokers = c.ListenAddrs()
+		k.brokers = c.ListenAddrs()
+		k.note = "in-memory Kafka broker (kfake) in the same process as the relay: its CPU is counted in the relay's"
 	default:
-		if br, err = startBroker(o.Partitions); err != nil {
+		if k.br, err = startBroker(o.Partitions); err != nil {
 			return nil, err
 		}
-		defer br.stop()
-		brokers = []string{br.addr}
+		defer k.br.stop()
+		k.brokers = []string{k.br.addr}
+		k.note = "in-memory Kafka broker (kfake) in a child process"
 	}
 	rep := &Report{}
 	if o.Workload == "keys" {
-		for _, k := range []int{1, o.Keys} {
-			r, err := keysRun(ctx, pool, dsn, o, brokers, br, k)
+		for _, keys := range []int{1, o.Keys} {
+			r, err := keysRun(ctx, pool, dsn, o, k, keys)
 			if err != nil {
 				return rep, err
 			}
@@ -148,7 +175,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	for _, layout := range o.Layouts {
 		if o.Workload != "drain" {
-			rs, err := steady(ctx, pool, dsn, brokers, o, layout, o.Workload)
+			rs, err := steady(ctx, pool, dsn, k, o, layout, o.Workload)
 			rep.Rates = append(rep.Rates, rs...)
 			if err != nil {
 				return rep, err
@@ -156,7 +183,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			continue
 		}
 		for _, ordering := range o.Orderings {
-			r, err := drain(ctx, pool, dsn, o, brokers, br, layout, ordering)
+			r, err := drain(ctx, pool, dsn, o, k, layout, ordering)
 			if err != nil {
 				return rep, err
 			}
@@ -236,7 +263,7 @@ func printRates(w io.Writer, rs []RateResult) {
 
 func printDrain(w io.Writer, rs []Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\tpg CPU µs/ev\tbroker CPU µs/ev\tWAL B/ev\txacts/ev\tstmts/ev\tdead tuples\trelay RSS MB\t")
+	fmt.Fprintln(tw, "workload\tsink\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\tpg CPU µs/ev\tbroker CPU µs/ev\tWAL B/ev\txacts/ev\tstmts/ev\tdead tuples\trelay RSS MB\t")
 	for _, r := range rs {
 		ord := "off"
 		if r.Ordering {
@@ -249,12 +276,22 @@ func printDrain(w io.Writer, rs []Result) {
 		if r.OrderHeld != nil && !*r.OrderHeld {
 			ratio += " ORDER BROKEN"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%d\t%.0f\t\n",
-			r.Workload, r.Layout, ord, r.Rows, r.Keys, ceil, r.Relay.EventsPerSec, ratio,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%d\t%.0f\t\n",
+			r.Workload, r.Sink, r.Layout, ord, r.Rows, r.Keys, ceil, r.Relay.EventsPerSec, ratio,
 			r.Relay.CPUMsPer1k, r.Relay.PostgresCPUMs1k, r.Relay.BrokerCPUMs1k, r.Relay.WALBytesPerEvent, r.Relay.XactsPerEvent, r.Relay.StmtsPerEvent,
 			r.Relay.DeadTuplesAfter, float64(r.PeakRSSBytes)/(1<<20))
 	}
 	_ = tw.Flush()
+	said := map[string]bool{}
+	for _, r := range rs {
+		if r.SinkNote != "" && !said[r.SinkNote] {
+			said[r.SinkNote] = true
+			fmt.Fprintf(w, "sink %s: %s\n", r.Sink, r.SinkNote)
+		}
+		if r.SinkStored != nil && *r.SinkStored < r.Relay.Events {
+			fmt.Fprintf(w, "sink %s (%s, ordering %v): the server holds %d events of %d published\n", r.Sink, r.Layout, r.Ordering, *r.SinkStored, r.Relay.Events)
+		}
+	}
 }
 
 // WriteJSON writes the report to path.

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -44,5 +45,48 @@ func TestWorkloadsRun(t *testing.T) {
 				t.Fatalf("%s: no results", w)
 			}
 		})
+	}
+}
+
+// A small drain into each sink other than Kafka: every event reaches the
+// server, and what the run made there is gone afterwards.
+func TestDrainEverySink(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs PostgreSQL, NATS, RabbitMQ, Redis and Mosquitto")
+	}
+	for _, s := range Sinks[1:] {
+		t.Run(s, func(t *testing.T) {
+			o := Options{
+				DSN: pgtest.AdminDSN(), Workload: "drain", Sink: s, Rows: 500, Keys: 20, PayloadBytes: 100,
+				BatchSize: 100, Pipeline: 2, Layouts: []string{"delete"}, Orderings: []bool{true},
+			}
+			rep, err := Run(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Drain) != 1 {
+				t.Fatalf("%d results, want 1", len(rep.Drain))
+			}
+			r := rep.Drain[0]
+			if r.Sink != s || r.SinkNote == "" || r.Relay.Events != o.Rows {
+				t.Errorf("sink %q (%q), %d events; want %s, a note, %d", r.Sink, r.SinkNote, r.Relay.Events, s, o.Rows)
+			}
+			if s != "mqtt" && (r.SinkStored == nil || *r.SinkStored != o.Rows) {
+				t.Errorf("the server holds %v events, want %d", r.SinkStored, o.Rows)
+			}
+			var out strings.Builder
+			Print(&out, rep)
+			if !strings.Contains(out.String(), "sink "+s+": "+r.SinkNote) {
+				t.Errorf("the output does not say where the events went:\n%s", out.String())
+			}
+		})
+	}
+}
+
+func TestUnknownSink(t *testing.T) {
+	for _, o := range []Options{{Workload: "drain", Sink: "kinesis"}, {Workload: "steady", Sink: "nats"}} {
+		if _, err := Run(context.Background(), o); err == nil {
+			t.Errorf("%s to %s: no error", o.Workload, o.Sink)
+		}
 	}
 }

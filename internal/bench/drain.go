@@ -15,14 +15,21 @@ import (
 )
 
 // drain measures the ceiling and the relay on a prefilled backlog.
-func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, brokers []string, br *broker, layout string, ordering bool) (Result, error) {
+func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, layout string, ordering bool) (Result, error) {
 	t := table{schema: newSchema(), layout: layout}
 	res := Result{Workload: "drain", Layout: layout, Ordering: ordering, Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if err := t.create(ctx, pool); err != nil {
 		return res, err
 	}
 	defer t.drop(context.WithoutCancel(ctx), pool)
-	a, stmts, cleanup, err := openRelay(ctx, pool, dsn, brokers, o, t, ordering)
+	tg, err := newTarget(ctx, o, k)
+	if err != nil {
+		return res, err
+	}
+	defer tg.close()
+	res.Sink, res.SinkNote = tg.kind, tg.note
+	progress(o, "sink %s: %s", tg.kind, tg.note)
+	a, stmts, cleanup, err := openRelay(ctx, pool, dsn, tg, o, t, ordering)
 	if err != nil {
 		return res, err
 	}
@@ -52,7 +59,7 @@ func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, broke
 			return res, err
 		}
 	}
-	res.Relay, err = measure(ctx, pool, t, br, stmts, func() (int, error) { return relay(ctx, a, o, layout) })
+	res.Relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relay(ctx, a, o, layout) })
 	if o.RelayProfile != nil {
 		pprof.StopCPUProfile()
 		o.RelayProfile = nil // one profile per file: the first relay run
@@ -62,22 +69,29 @@ func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, broke
 	}
 	res.Ratio = res.Relay.EventsPerSec / res.Ceiling.EventsPerSec
 	res.PeakRSSBytes = peakRSS()
-	if br != nil {
-		res.BrokerRSS = br.rss()
+	if k.br != nil && tg.kind == "kafka" {
+		res.BrokerRSS = k.br.rss()
+	}
+	if tg.stored != nil {
+		n, err := tg.stored(ctx)
+		if err != nil {
+			return res, fmt.Errorf("count what the %s server holds: %w", tg.kind, err)
+		}
+		res.SinkStored = &n
 	}
 	progress(o, "%s ordering=%v: relay %.0f events/s, ratio %.2f", layout, ordering, res.Relay.EventsPerSec, res.Ratio)
 	return res, nil
 }
 
 // openRelay builds (and migrates) a relay process for the benchmark table.
-func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, brokers []string, o Options, t table, ordering bool) (*app.App, *stmtCounter, func(), error) {
+func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, tg *target, o Options, t table, ordering bool) (*app.App, *stmtCounter, func(), error) {
 	cfg := &config.Config{
 		RelaySchema: t.schema + "_relay",
 		Admin:       config.Admin{Listen: "off"},
 		Log:         config.Log{Level: "warn"},
 		Databases:   map[string]config.Database{"bench": {DSN: dsn, MaxConns: o.Pipeline + 4}},
-		Sinks:       map[string]config.Sink{"kafka": {Type: "kafka", Brokers: brokers}},
-		Sources:     []config.Source{t.source(o.BatchSize, o.Pipeline, ordering)},
+		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
+		Sources:     []config.Source{t.source(tg.topic, o.BatchSize, o.Pipeline, ordering)},
 	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -100,16 +114,17 @@ func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, brokers []st
 }
 
 // measure runs fn and reads the machine's counters around it.
-func measure(ctx context.Context, pool *pgxpool.Pool, t table, br *broker, stmts *stmtCounter, fn func() (int, error)) (Measure, error) {
+// serverCPU, when not nil, is the broker's CPU time so far.
+func measure(ctx context.Context, pool *pgxpool.Pool, t table, serverCPU func() time.Duration, stmts *stmtCounter, fn func() (int, error)) (Measure, error) {
 	before, err := readCounters(ctx, pool)
 	if err != nil {
 		return Measure{}, err
 	}
 	brokerCPU := func() time.Duration {
-		if br == nil {
+		if serverCPU == nil {
 			return 0
 		}
-		return br.cpu()
+		return serverCPU()
 	}
 	stmts0 := stmts.load()
 	cpu0, pg0, br0, start := selfCPU(), postgresCPU(), brokerCPU(), time.Now()

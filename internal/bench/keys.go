@@ -13,14 +13,16 @@ import (
 // keysRun drains a backlog with ordering on, all rows on one hot key or
 // spread over many, and checks with a consumer that every key's events
 // arrived in the order they were written.
-func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, brokers []string, br *broker, keys int) (Result, error) {
+func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, keys int) (Result, error) {
 	t := table{schema: newSchema(), layout: "delete"}
 	res := Result{Workload: "keys", Layout: t.layout, Ordering: true, Rows: o.Rows, Keys: keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if err := t.create(ctx, pool); err != nil {
 		return res, err
 	}
 	defer t.drop(context.WithoutCancel(ctx), pool)
-	a, stmts, cleanup, err := openRelay(ctx, pool, dsn, brokers, o, t, true)
+	tg := kafkaTarget(k)
+	res.Sink, res.SinkNote = tg.kind, tg.note
+	a, stmts, cleanup, err := openRelay(ctx, pool, dsn, tg, o, t, true)
 	if err != nil {
 		return res, err
 	}
@@ -29,12 +31,12 @@ func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, bro
 	if err := t.fill(ctx, pool, o.Rows, keys, o.PayloadBytes); err != nil {
 		return res, err
 	}
-	oc, err := newOrderChecker(ctx, brokers)
+	oc, err := newOrderChecker(ctx, k.brokers)
 	if err != nil {
 		return res, err
 	}
 	defer oc.stop()
-	res.Relay, err = measure(ctx, pool, t, br, stmts, func() (int, error) { return relay(ctx, a, o, "delete") })
+	res.Relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relay(ctx, a, o, "delete") })
 	if err != nil {
 		return res, err
 	}

@@ -106,13 +106,13 @@ func atRate(ctx context.Context, pool *pgxpool.Pool, brokers []string, t table, 
 }
 
 // steady runs the relay and, for each rate and transaction size, atRate.
-func steady(ctx context.Context, pool *pgxpool.Pool, dsn string, brokers []string, o Options, layout, workload string) ([]RateResult, error) {
+func steady(ctx context.Context, pool *pgxpool.Pool, dsn string, k kafkaEnv, o Options, layout, workload string) ([]RateResult, error) {
 	t := table{schema: newSchema(), layout: layout}
 	if err := t.create(ctx, pool); err != nil {
 		return nil, err
 	}
 	defer t.drop(context.WithoutCancel(ctx), pool)
-	a, _, cleanup, err := openRelay(ctx, pool, dsn, brokers, o, t, true)
+	a, _, cleanup, err := openRelay(ctx, pool, dsn, kafkaTarget(k), o, t, true)
 	if err != nil {
 		return nil, err
 	}
@@ -131,7 +131,7 @@ func steady(ctx context.Context, pool *pgxpool.Pool, dsn string, brokers []strin
 	for _, tx := range txs {
 		for _, rate := range rates {
 			progress(o, "%s %s: %d events/s, %d per transaction, for %s", workload, layout, rate, tx, o.Duration)
-			r, err := atRate(ctx, pool, brokers, t, rate, tx, o.Duration, o)
+			r, err := atRate(ctx, pool, k.brokers, t, rate, tx, o.Duration, o)
 			if err != nil {
 				return out, err
 			}

@@ -43,7 +43,7 @@ CREATE TABLE %[1]s.outbox (
 }
 
 // source is the relay's source for the table.
-func (t table) source(batch, pipeline int, ordering bool) config.Source {
+func (t table) source(topic string, batch, pipeline int, ordering bool) config.Source {
 	l := config.Layout{
 		ID: "id", Payload: "payload", PayloadFormat: "json", Topic: topic, Key: "{aggregate_id}",
 		EventType: "event_type", CreatedAt: "created_at", OrderBy: "id",

@@ -3,6 +3,7 @@ package cli
 import (
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,7 +23,14 @@ else the local server), prefills it with COPY, measures the ceiling (the
 relay's own claim and acknowledge statements in a loop, no broker) and then
 the relay publishing to Kafka (an in-process broker unless --brokers), and
 reports events/s, the ratio relay/ceiling, CPU, WAL and transactions per
-event. The schema is dropped afterwards.`,
+event. The schema is dropped afterwards.
+
+With --sink, the drain workload's relay publishes to another sink type on
+its local server (or --sink-url): nats (a JetStream stream made for the run),
+rabbitmq (a direct exchange and a durable queue), redis (a stream), mqtt
+(QoS 1, no subscriber) or webhook (an HTTP server in this same process that
+answers 200, whose CPU then counts as the relay's). What the run made on the
+server is deleted afterwards.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Workload = "drain"
@@ -85,5 +93,7 @@ event. The schema is dropped afterwards.`,
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "steady and sparse: how long producers write at each rate")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the first relay phase (pprof) to this file")
 	f.BoolVar(&o.InProcessBroker, "in-process-broker", false, "run the in-memory broker inside this process")
+	f.StringVar(&o.Sink, "sink", "kafka", "drain: the sink to publish to: "+strings.Join(bench.Sinks, "|"))
+	f.StringVar(&o.SinkURL, "sink-url", "", "drain: the server of --sink other than kafka and webhook (default the local one)")
 	return cmd
 }
