@@ -124,7 +124,7 @@ var badFixtures = map[string][]string{
 		`log.level: must be one of debug, info, warn, error, got "verbose"`,
 		`log.format: must be one of json, text, got "xml"`,
 		`admin.listen: must be host:port`,
-		`databases.main.driver: must be one of postgres, got "mysql"`,
+		`databases.main.driver: must be one of postgres, mysql, got "oracle"`,
 		`sources[0].database: required when more than one database is configured (have: main, second)`,
 		`sources[0].layout.payload_format: must be one of json, raw, got "avro"`,
 		`sources[0].layout.state.mode: must be one of flag, timestamp, status, delete, got "archive"`,
