@@ -11,7 +11,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
 func newCheck(g *globals) *cobra.Command {
@@ -41,7 +40,7 @@ when something is missing (with --strict, also when something is extra).`,
 			problems := 0
 			for _, name := range slices.Sorted(maps.Keys(cfg.Databases)) {
 				fmt.Fprintf(out, "databases.%s: connected\n", name)
-				missing, err := postgres.CheckRelaySchema(ctx, a.Pool(name), cfg.RelaySchema)
+				missing, err := a.CheckRelaySchema(ctx, name)
 				if err != nil {
 					return err
 				}
@@ -70,12 +69,11 @@ when something is missing (with --strict, also when something is extra).`,
 				}
 			}
 			for _, s := range srcs {
-				need := postgres.NeededPrivileges(s.Layout)
-				p, err := postgres.CheckPrivileges(ctx, s.Pool, s.Table, need, postgres.UpdatedColumns(s.Layout)...)
+				p, err := a.CheckGrants(ctx, s)
 				if err != nil {
 					return err
 				}
-				line := fmt.Sprintf("source %s: %s (mode %s) needs %s", s.Name, s.Table, s.Layout.Mode, strings.Join(need, ", "))
+				line := fmt.Sprintf("source %s: %s (mode %s) needs %s", s.Name, s.TableName(), s.Layout.Mode, strings.Join(p.Need, ", "))
 				switch {
 				case len(p.Missing) > 0:
 					problems++

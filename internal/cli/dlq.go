@@ -9,7 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 type dlqFlags struct {
@@ -24,8 +24,8 @@ type dlqFlags struct {
 	limit     int
 }
 
-func (f *dlqFlags) filter() postgres.DLQFilter {
-	flt := postgres.DLQFilter{IDs: f.ids, EventIDs: f.eventIDs, Source: f.source, EventType: f.eventType,
+func (f *dlqFlags) filter() source.DLQFilter {
+	flt := source.DLQFilter{IDs: f.ids, EventIDs: f.eventIDs, Source: f.source, EventType: f.eventType,
 		IncludeReplayed: f.replayed, Limit: f.limit}
 	if f.since > 0 {
 		flt.Since = time.Now().Add(-f.since)
@@ -51,7 +51,7 @@ func newDLQ(g *globals) *cobra.Command {
 			return err
 		}
 		defer cleanup()
-		evs, err := postgres.ListFailed(cmd.Context(), a.Pool(db), a.RelaySchema(), f.filter())
+		evs, err := a.ListFailed(cmd.Context(), db, f.filter())
 		if err != nil {
 			return err
 		}
@@ -77,7 +77,7 @@ func newDLQ(g *globals) *cobra.Command {
 		}
 		defer cleanup()
 		ctx := cmd.Context()
-		evs, err := postgres.ListFailed(ctx, a.Pool(db), a.RelaySchema(), f.filter())
+		evs, err := a.ListFailed(ctx, db, f.filter())
 		if err != nil {
 			return err
 		}
@@ -85,9 +85,9 @@ func newDLQ(g *globals) *cobra.Command {
 		if err != nil {
 			return err
 		}
-		stores := map[string]*postgres.Store{}
+		stores := map[string]*app.Source{}
 		for _, s := range srcs {
-			stores[s.Name] = s.PG
+			stores[s.Name] = s
 		}
 		total := 0
 		for _, e := range evs {
@@ -95,7 +95,7 @@ func newDLQ(g *globals) *cobra.Command {
 			if !ok {
 				return fmt.Errorf("dead letter %s belongs to source %q, which the config does not have", e.ID, e.Source)
 			}
-			n, err := st.Replay(ctx, []postgres.FailedEvent{e}, actor())
+			n, err := st.Replay(ctx, []source.FailedEvent{e}, actor())
 			total += n
 			if err != nil {
 				return fmt.Errorf("replayed %d, then: %w", total, err)

@@ -8,7 +8,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
 func newMigrate(g *globals) *cobra.Command {
@@ -20,7 +19,7 @@ func newMigrate(g *globals) *cobra.Command {
 		all    bool
 		loaded *config.Config // the configuration each is working through
 	)
-	each := func(fn func(name string, m *postgres.Migrator) error) error {
+	each := func(fn func(name string, m app.Migrator) error) error {
 		cfg, _, err := g.load()
 		if err != nil {
 			return err
@@ -32,9 +31,9 @@ func newMigrate(g *globals) *cobra.Command {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			m, err := postgres.NewMigrator(cfg.Databases[n].DSN, cfg.RelaySchema)
+			m, err := app.NewMigrator(cfg, n)
 			if err != nil {
-				return fmt.Errorf("databases.%s: %w", n, err)
+				return err
 			}
 			err = fn(n, m)
 			_ = m.Close()
@@ -45,7 +44,7 @@ func newMigrate(g *globals) *cobra.Command {
 		return nil
 	}
 	up := &cobra.Command{Use: "up", Short: "Apply every pending migration", RunE: func(cmd *cobra.Command, _ []string) error {
-		return each(func(n string, m *postgres.Migrator) error {
+		return each(func(n string, m app.Migrator) error {
 			if err := m.Up(cmd.Context()); err != nil {
 				return err
 			}
@@ -57,7 +56,7 @@ func newMigrate(g *globals) *cobra.Command {
 		})
 	}}
 	down := &cobra.Command{Use: "down", Short: "Roll back the newest migration (--all: every one, and drop the schema)", RunE: func(cmd *cobra.Command, _ []string) error {
-		return each(func(n string, m *postgres.Migrator) error {
+		return each(func(n string, m app.Migrator) error {
 			if err := m.Down(cmd.Context(), all); err != nil {
 				return err
 			}
@@ -67,7 +66,7 @@ func newMigrate(g *globals) *cobra.Command {
 	}}
 	down.Flags().BoolVar(&all, "all", false, "roll back every migration and drop the relay schema")
 	status := &cobra.Command{Use: "status", Short: "List migrations and whether each is applied", RunE: func(cmd *cobra.Command, _ []string) error {
-		return each(func(n string, m *postgres.Migrator) error {
+		return each(func(n string, m app.Migrator) error {
 			st, err := m.Status(cmd.Context())
 			if err != nil {
 				return err

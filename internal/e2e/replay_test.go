@@ -32,7 +32,7 @@ func replayWithStore(t *testing.T, ctx context.Context, dsn string, cfg *config.
 		if len(mine) == 0 {
 			continue
 		}
-		if n, err := s.PG.Replay(ctx, mine, "test"); err != nil || n != len(mine) {
+		if n, err := s.Replay(ctx, mine, "test"); err != nil || n != len(mine) {
 			t.Fatalf("replay: %d of %d: %v", n, len(mine), err)
 		}
 	}
