@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -83,6 +84,9 @@ FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 LEFT JOIN pg_stat_all_tables s ON s.relid = c.oid
 WHERE n.nspname = $1 AND c.relname = $2`, t.Schema, t.Name).Scan(&tracked, &s.TotalBytes, &s.HeapBytes, &s.LiveTuples, &s.DeadTuples, &s.LastVacuum)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, s, fmt.Errorf("size of %s: table not found", t)
+	}
 	if err != nil {
 		return false, s, fmt.Errorf("size of %s: %w", t, err)
 	}
