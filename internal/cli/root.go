@@ -1,5 +1,5 @@
 // Package cli is the outbox-relay command line: run, migrate, check, dlq,
-// demo. cmd/outbox-relay only calls Execute.
+// retention, optimize, demo. cmd/outbox-relay only calls Execute.
 package cli
 
 import (
@@ -48,7 +48,7 @@ func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "relay.yaml", "configuration file")
-	root.AddCommand(newRun(g), newMigrate(g), newCheck(g), newDLQ(g), newDemo(g), newBench(g), newFakeKafka(g))
+	root.AddCommand(newRun(g), newMigrate(g), newCheck(g), newDLQ(g), newRetention(g), newOptimize(g), newDemo(g), newBench(g), newFakeKafka(g))
 	return root
 }
 
