@@ -132,6 +132,8 @@ type Source struct {
 	// state.claimed_at) without finishing it is taken back once its claim
 	// is older. Default 10m.
 	ClaimTimeout Duration `yaml:"claim_timeout"`
+	// Retention, when set, has the running relay delete old settled rows.
+	Retention *Retention `yaml:"retention"`
 }
 
 // Route sends the events that meet its conditions to another sink. Every

@@ -119,6 +119,7 @@ func (c *Config) sourceDefaults(d defaulter, i int) {
 		s.ManageTable = ptr(s.Preset == ManagedTablePreset && s.Discover == nil)
 	}
 	d.dur(&s.ClaimTimeout, p+".claim_timeout", DefaultClaimTimeout)
+	d.retention(&s.Retention, p+".retention")
 	if s.Discover != nil {
 		disc := *s.Discover // copy: the caller may share the pointer
 		if len(disc.Tables) == 0 {
