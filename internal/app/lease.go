@@ -68,9 +68,11 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 			defer close(renewed)
 			a.renew(wctx, leases, l, ttl, stop)
 		}()
+		retained := a.startRetention(wctx, s)
 		_ = w.Run(wctx)
 		stop()
 		<-renewed
+		<-retained
 		r.set(nil)
 		if ctx.Err() != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)

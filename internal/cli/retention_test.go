@@ -15,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/cli"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
 const waSource = `  - name: wa
@@ -236,6 +237,119 @@ SELECT gen_random_uuid(), 'journey', 'journey.created', '{}', gen_random_uuid() 
 	if out := cliOK(t, "--config", cfg, "retention", "--older-than", "7d"); !strings.Contains(sourceLine(t, out, "jm"), "deleted 0 published") {
 		t.Errorf("second run: %q", out)
 	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v\n%s", err, runOut)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not stop after its context was cancelled")
+	}
+}
+
+// TestRelayAppliesRetention: a source with a retention block has the
+// running relay delete its old delivered rows, at start and then every
+// interval; rows it publishes now are dated by their publication and stay.
+func TestRelayAppliesRetention(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed000)
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "journey.created"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cfg := writeConfig(t, dsn, c.ListenAddrs()[0], "", jmSource+"    retention: {older_than: 168h, interval: 1s}\n")
+	const month = 30 * 24 * time.Hour
+	insertJourneys(t, pool, 30, month, month, true)        // old and delivered: deleted
+	insertJourneys(t, pool, 5, time.Hour, time.Hour, true) // recent: kept
+	insertJourneys(t, pool, 5, month, 0, false)            // old but pending: published now, then kept
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	var runOut string
+	go func() {
+		var err error
+		runOut, err = runCLI(runCtx, "--config", cfg, "run")
+		done <- err
+	}()
+	settled := func(want int) func() (bool, string) {
+		return func() (bool, string) {
+			total := count(t, pool, "SELECT count(*) FROM journey_matcher.outbox")
+			pending := count(t, pool, "SELECT count(*) FROM journey_matcher.outbox WHERE NOT published")
+			return total == want && pending == 0, fmt.Sprintf("%d rows, %d pending; want %d, none pending", total, pending, want)
+		}
+	}
+	waitFor(t, 30*time.Second, "the old delivered rows deleted and the rest published", settled(10))
+	// Later old rows go at a later interval.
+	insertJourneys(t, pool, 7, month, month, true)
+	waitFor(t, 30*time.Second, "the rows aged since deleted", settled(10))
+	if n := count(t, pool, "SELECT count(*) FROM journey_matcher.outbox WHERE created_at < now() - interval '7 days'"); n != 5 {
+		t.Errorf("%d old rows left, want the 5 published just now", n)
+	}
+	stop()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("run: %v\n%s", err, runOut)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not stop after its context was cancelled")
+	}
+}
+
+// TestRetentionOnlyByLeaseHolder: a relay standing by while another process
+// holds the source's lease applies no retention; once it takes the lease
+// over, it does.
+func TestRetentionOnlyByLeaseHolder(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed000)
+	cfg := writeConfig(t, dsn, "127.0.0.1:1", "lease_ttl: 3s\n", jmSource+"    retention: {older_than: 168h, interval: 1s}\n")
+	cliOK(t, "--config", cfg, "migrate", "up")
+	insertJourneys(t, pool, 20, 30*24*time.Hour, 30*24*time.Hour, true)
+
+	// Another live process holds the lease.
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc.ConnConfig.RuntimeParams["application_name"] = postgres.ApplicationName("other-replica")
+	holderPool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holderPool.Close()
+	leases := postgres.NewLeases(holderPool, "outbox_relay", "other-replica")
+	lease, err := leases.Acquire(ctx, "jm", time.Minute)
+	if err != nil || lease == nil {
+		t.Fatalf("acquire: %v %v", lease, err)
+	}
+
+	runCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	done := make(chan error, 1)
+	var runOut string
+	go func() {
+		var err error
+		runOut, err = runCLI(runCtx, "--config", cfg, "run")
+		done <- err
+	}()
+	time.Sleep(3 * time.Second)
+	if n := count(t, pool, "SELECT count(*) FROM journey_matcher.outbox"); n != 20 {
+		t.Fatalf("a relay standing by deleted rows: %d of 20 left", n)
+	}
+	if err := leases.Release(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "the new lease holder deleting the old rows", func() (bool, string) {
+		n := count(t, pool, "SELECT count(*) FROM journey_matcher.outbox")
+		return n == 0, fmt.Sprintf("%d rows left", n)
+	})
 	stop()
 	select {
 	case err := <-done:
