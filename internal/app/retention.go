@@ -18,7 +18,7 @@ const retentionPause = 50 * time.Millisecond
 func (a *App) startRetention(ctx context.Context, s *Source) <-chan struct{} {
 	done := make(chan struct{})
 	r := s.Config.Retention
-	if r == nil {
+	if r == nil || s.MySQL != nil { // config validation refuses it on MySQL
 		close(done)
 		return done
 	}

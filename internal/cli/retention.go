@@ -52,12 +52,22 @@ type optimizeReport struct {
 // retentionFor returns the retention target of a source, by its database's
 // driver.
 func retentionFor(cfg *config.Config, s *app.Source) (retentionTarget, error) {
-	switch d := cfg.Databases[s.Config.Database].Driver; d {
-	case "", "postgres":
+	switch d := cfg.Databases[s.Config.Database].Driver; {
+	case s.MySQL != nil:
+		return nil, errors.New("retention is not available for MySQL databases yet")
+	case d == "" || d == "postgres":
 		return &pgRetention{src: s, relaySchema: cfg.RelaySchema}, nil
 	default:
 		return nil, fmt.Errorf("retention is not available for driver %q", d)
 	}
+}
+
+// tableOf names a source's table, whatever its driver.
+func tableOf(s *app.Source) string {
+	if s.MySQL != nil {
+		return s.MySQL.Table.String()
+	}
+	return s.Table.String()
 }
 
 // pgRetention is the PostgreSQL retention target.
@@ -149,11 +159,11 @@ It prints the size and dead tuples before and after, one line per source.`,
 			return forEachSource(cmd, g, only, func(ctx context.Context, s *app.Source, t retentionTarget) error {
 				rep, err := t.Optimize(ctx)
 				if err != nil {
-					fmt.Fprintf(g.stdout, "%s (%s): FAILED: %v\n", s.Name, s.Table, err)
+					fmt.Fprintf(g.stdout, "%s (%s): FAILED: %v\n", s.Name, tableOf(s), err)
 					return err
 				}
 				fmt.Fprintf(g.stdout, "%s (%s): vacuumed and analyzed in %s; size %s -> %s; dead tuples %d -> %d; live tuples %d\n",
-					s.Name, s.Table, rep.Took.Round(time.Millisecond), bytesize(rep.SizeBefore), bytesize(rep.SizeAfter),
+					s.Name, tableOf(s), rep.Took.Round(time.Millisecond), bytesize(rep.SizeBefore), bytesize(rep.SizeAfter),
 					rep.DeadBefore, rep.DeadAfter, rep.Live)
 				return nil
 			})
@@ -202,7 +212,7 @@ func forEachSource(cmd *cobra.Command, g *globals, only string, fn func(context.
 		if err == nil {
 			err = fn(ctx, s, t)
 		} else {
-			fmt.Fprintf(g.stdout, "%s (%s): FAILED: %v\n", s.Name, s.Table, err)
+			fmt.Fprintf(g.stdout, "%s (%s): FAILED: %v\n", s.Name, tableOf(s), err)
 		}
 		if err != nil {
 			log.Error("source failed", "source", s.Name, "err", err)
@@ -222,7 +232,7 @@ func printRetention(w io.Writer, s *app.Source, dry bool, c retentionCounts, err
 		verb = "would delete"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s (%s): ", s.Name, s.Table)
+	fmt.Fprintf(&b, "%s (%s): ", s.Name, tableOf(s))
 	if c.KeptByLayout {
 		b.WriteString("rows are deleted on delivery; ")
 		fmt.Fprintf(&b, "%s ", verb)

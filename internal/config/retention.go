@@ -26,9 +26,13 @@ func (d defaulter) retention(r **Retention, p string) {
 	*r = &c
 }
 
-func validateRetention(ps *problems, p string, r *Retention) {
+func (c *Config) validateRetention(ps *problems, p string, s *Source) {
+	r := s.Retention
 	if r == nil {
 		return
+	}
+	if db, ok := c.Databases[s.Database]; ok && db.Driver == "mysql" {
+		ps.add(p, "not available for MySQL databases yet (run the retention command against PostgreSQL sources only)")
 	}
 	if r.OlderThan <= 0 {
 		ps.add(p+".older_than", "required: how long ago a row must have been settled to be deleted, e.g. 168h")

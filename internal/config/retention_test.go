@@ -38,4 +38,8 @@ func TestRetentionConfig(t *testing.T) {
 			t.Errorf("%q: error %q, want %q", tc.block, err, tc.want)
 		}
 	}
+	my := strings.Replace(retentionDoc, "{dsn: postgres://localhost/app}", "{driver: mysql, dsn: \"root@tcp(127.0.0.1:3306)/app\"}", 1)
+	if err := parseErr(t, my+"    retention: {older_than: 168h}\n"); !strings.Contains(err, "sources[1].retention: not available for MySQL") {
+		t.Errorf("retention on MySQL: %q", err)
+	}
 }

@@ -167,7 +167,7 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 		ps.add(p+".claim_timeout", "must be at least 1s, got %s", s.ClaimTimeout)
 	}
 	validateManageTable(ps, p, s)
-	validateRetention(ps, p+".retention", s.Retention)
+	c.validateRetention(ps, p+".retention", s)
 }
 
 // validateManageTable checks that a managed table is one the relay knows how
