@@ -8,7 +8,7 @@ SHELL := bash
 
 GO ?= go
 # Services `make services` brings up (see scripts/services.sh --help).
-SERVICES ?= postgres rabbitmq mosquitto nats redis
+SERVICES ?= postgres mariadb rabbitmq mosquitto nats redis
 
 .PHONY: help services demo test test-short test-race lint bench build
 

@@ -92,11 +92,11 @@ func orderKeySQL(l *layout.Layout, alias string) string {
 
 // attemptsSQL is a row's failed attempts: the relay's retry state, else the
 // table's own retry counter (which another relay may have kept), else 0.
-func attemptsSQL(l *layout.Layout) string {
+func attemptsSQL(l *layout.Layout, retryAttempts string) string {
 	if l.RetryCount == "" {
-		return "COALESCE(r.attempts, 0)"
+		return "COALESCE(" + retryAttempts + ", 0)"
 	}
-	return "COALESCE(r.attempts, " + col("o", l.RetryCount) + ", 0)"
+	return "COALESCE(" + retryAttempts + ", " + col("o", l.RetryCount) + ", 0)"
 }
 
 // nullIfEmpty makes an empty text NULL: an empty key is no key, empty
@@ -196,6 +196,13 @@ const now = "UTC_TIMESTAMP(6)"
 func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) statements {
 	rs := QuoteIdent(relayDB)
 	var s statements
+	// The retry state is read in subqueries, never joined: a locking read
+	// locks the rows of every table in its FROM clause (MariaDB has no FOR
+	// UPDATE OF), and a claim holding retry_state rows while its batch is
+	// published blocked the completion of the batch before it, which the
+	// engine completes first: both waited for innodb_lock_wait_timeout.
+	// Subqueries of a locking read take no locks.
+	retryRow := rs + ".retry_state r WHERE r.source = ? AND r.event_id = " + idTextSQL(l, "o") + binCollation
 	selectList := []string{
 		idTextSQL(l, "o"),
 		col("o", l.Payload.Name),
@@ -209,14 +216,14 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) sta
 		optText("o", l.AggregateID),
 		optCol("o", l.CreatedAt),
 		optCol("o", l.MaxRetries),
-		attemptsSQL(l),
+		attemptsSQL(l, "(SELECT r.attempts FROM "+retryRow+")"),
 	}
 	for _, t := range l.Extra {
 		selectList = append(selectList, templateSQL(t, "o"))
 	}
 	where := []string{
 		pendingPredicate(l, "o"),
-		"(r.next_attempt_at IS NULL OR r.next_attempt_at <= " + now + ")",
+		"NOT EXISTS (SELECT 1 FROM " + retryRow + " AND r.next_attempt_at > " + now + ")",
 	}
 	if ordering {
 		where = append(where, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = ? AND b.order_key = LEFT("+
@@ -226,18 +233,12 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) sta
 	if l.OrderBy != l.ID.Name {
 		orderBy += ", " + col("o", l.ID.Name)
 	}
-	// The retry state is joined, not read in a subquery: a join in a
-	// locking read sees the latest committed retry state of each row it
-	// locks. Its rows are the claimed events' own, which only their
-	// claimer writes.
 	s.claim = fmt.Sprintf(`SELECT %s
 FROM %s o
-LEFT JOIN %s.retry_state r ON r.source = ? AND r.event_id = %s%s
 WHERE %s
 ORDER BY %s
 LIMIT ?
-FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, idTextSQL(l, "o"), binCollation,
-		strings.Join(where, "\n  AND "), orderBy)
+FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, strings.Join(where, "\n  AND "), orderBy)
 
 	setPublished, setDead, setPending := stateSets(l)
 	s.ackSets = setPublished

@@ -126,7 +126,8 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}
-	args := []any{s.opts.Source}
+	// The retry state's subqueries: attempts, then due.
+	args := []any{s.opts.Source, s.opts.Source}
 	if s.opts.Ordering {
 		args = append(args, s.opts.Source)
 	}
