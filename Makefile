@@ -17,13 +17,13 @@ help: ## Show this help.
 		/^## / { sub(/^## /, ""); print; next } \
 		/^[a-zA-Z0-9_-]+:.*## / { if (!n++) print ""; printf "  %-11s %s\n", $$1, $$2 }' $(MAKEFILE_LIST)
 
-services: ## Start the local services the tests need (PostgreSQL, RabbitMQ, Mosquitto, NATS, Redis) if they are down.
+services: ## Start the local services the tests need (PostgreSQL, MariaDB, RabbitMQ, Mosquitto, NATS, Redis) if they are down.
 	@bash scripts/services.sh $(SERVICES)
 
 demo: services ## Run the relay demo against the local PostgreSQL.
 	$(GO) run ./cmd/outbox-relay demo
 
-test: services ## Run all tests with the race detector (needs PostgreSQL).
+test: services ## Run all tests with the race detector (starts the services above).
 	$(GO) test -race -count=1 -timeout 20m ./...
 
 test-short: ## Run the quick tests only (go test -short), no services needed.
