@@ -3,9 +3,11 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -15,16 +17,36 @@ const maxInList = 1000
 
 // batch is a claim held by an open transaction.
 type batch struct {
-	store *Store
-	tx    *sql.Tx
-	rows  []source.Row
+	store     *Store
+	conn      *sql.Conn // the claim's own connection, when its wait_timeout was set for it
+	tx        *sql.Tx
+	rows      []source.Row
+	id        string    // a uuid, recorded on acknowledged rows when the layout keeps claims
+	claimedAt time.Time // the server's time at the claim
+}
+
+// done hands a connection taken for the claim back, its wait_timeout put
+// back first. A connection the server closed meanwhile is dropped.
+func (b *batch) done() {
+	if b.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.conn.ExecContext(ctx, b.store.waitReset); err != nil {
+		_ = b.conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	_ = b.conn.Close()
+	b.conn = nil
 }
 
 func (b *batch) Rows() []source.Row { return b.rows }
 
 // Release implements source.Batch: ROLLBACK gives every row back.
 func (b *batch) Release(context.Context) error {
-	if err := b.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	err := b.tx.Rollback()
+	b.done()
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("release claim: %w", err)
 	}
 	return nil
@@ -33,6 +55,7 @@ func (b *batch) Release(context.Context) error {
 // Complete implements source.Batch: acknowledgements, retry state and dead
 // letters are written in the claim's transaction, which then commits.
 func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
+	defer b.done()
 	if err := b.complete(ctx, o); err != nil {
 		_ = b.tx.Rollback()
 		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
@@ -56,10 +79,14 @@ func (b *batch) complete(ctx context.Context, o source.Outcome) error {
 			}
 		}
 		sets := ""
+		var setArgs []any
 		if s.opts.Layout.Mode != "delete" {
 			sets = s.sql.ackSets
+			if s.sql.ackClaim {
+				setArgs = []any{b.id, b.claimedAt}
+			}
 		}
-		if err := b.byIDs(ctx, "acknowledge", sets, ids); err != nil {
+		if err := b.byIDs(ctx, "acknowledge", sets, ids, setArgs...); err != nil {
 			return err
 		}
 	}
@@ -121,7 +148,7 @@ func (s *Store) idsTable(ids []string) (string, []any, error) {
 
 // byIDs deletes the rows with ids (sets empty) or updates them with sets, a
 // chunk at a time.
-func (b *batch) byIDs(ctx context.Context, what, sets string, ids []string) error {
+func (b *batch) byIDs(ctx context.Context, what, sets string, ids []string, setArgs ...any) error {
 	for chunk := range chunks(ids) {
 		join, args, err := b.store.idsTable(chunk)
 		if err != nil {
@@ -130,6 +157,7 @@ func (b *batch) byIDs(ctx context.Context, what, sets string, ids []string) erro
 		q := "DELETE o FROM " + join
 		if sets != "" {
 			q = "UPDATE " + join + " SET " + sets
+			args = append(args, setArgs...)
 		}
 		if _, err := b.tx.ExecContext(ctx, q, args...); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
@@ -164,7 +192,11 @@ ON DUPLICATE KEY UPDATE order_key = VALUES(order_key), attempts = VALUES(attempt
 	attempts := make([]any, len(rs))
 	errs := make([]any, len(rs))
 	for i, r := range rs {
-		ids[i], attempts[i], errs[i] = b.rows[r.Index].ID, r.Attempts, truncate(r.Err)
+		msg, err := s.fitError(ctx, r.Err)
+		if err != nil {
+			return fmt.Errorf("record retry in the row: %w", err)
+		}
+		ids[i], attempts[i], errs[i] = b.rows[r.Index].ID, r.Attempts, msg
 	}
 	return b.updateRows(ctx, "record retry in the row", "", ids, attempts, errs)
 }

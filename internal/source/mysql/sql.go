@@ -3,6 +3,7 @@ package mysql
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
@@ -21,7 +22,8 @@ const maxOrderKeyLen = 500
 // of ids are appended at run time (see inList).
 type statements struct {
 	claim         string // ? source [, ? source], ? limit
-	ackSets       string // SET list for a published row (not in delete mode)
+	ackSets       string // SET list for a published row (not in delete mode); ? batch id, ? claim time when ackClaim
+	ackClaim      bool   // the layout records the claim (state.batch_id, state.claimed_at) on delivery
 	deadSets      string // SET list for a dead-lettered row (not in delete mode)
 	retryCount    string // column to keep attempts in, or ""
 	errorCol      string // column to keep the last error in, or ""
@@ -193,7 +195,7 @@ func statePredicate(l *layout.Layout, alias string) string {
 
 const now = "UTC_TIMESTAMP(6)"
 
-func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) statements {
+func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, claimTimeout time.Duration) statements {
 	rs := QuoteIdent(relayDB)
 	var s statements
 	selectList := []string{
@@ -210,6 +212,7 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) sta
 		optCol("o", l.CreatedAt),
 		optCol("o", l.MaxRetries),
 		attemptsSQL(l),
+		now, // the claim's time, recorded on delivery when the layout keeps claims
 	}
 	for _, t := range l.Extra {
 		selectList = append(selectList, templateSQL(t, "o"))
@@ -217,6 +220,13 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) sta
 	where := []string{
 		pendingPredicate(l, "o"),
 		"(r.next_attempt_at IS NULL OR r.next_attempt_at <= " + now + ")",
+	}
+	if l.BatchID.Name != "" {
+		// A row another relay marked claimed is skipped until its claim
+		// is older than the claim timeout: that relay died mid-batch.
+		claimed := col("o", l.ClaimedAt.Name)
+		where = append(where, fmt.Sprintf("(%s IS NULL OR %s IS NULL OR %s < %s - INTERVAL %d MICROSECOND)",
+			col("o", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds()))
 	}
 	if ordering {
 		where = append(where, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = ? AND b.order_key = LEFT("+
@@ -241,6 +251,12 @@ FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, idTextSQL
 
 	setPublished, setDead, setPending := stateSets(l)
 	s.ackSets = setPublished
+	if l.BatchID.Name != "" && l.Mode != "delete" {
+		// The claim is recorded as the original relay records it: the
+		// batch's id and when it was claimed.
+		s.ackSets += ", " + QuoteIdent(l.BatchID.Name) + " = ?, " + QuoteIdent(l.ClaimedAt.Name) + " = ?"
+		s.ackClaim = true
+	}
 	s.deadSets = setDead
 	s.retryCount, s.errorCol = l.RetryCount, l.Error
 	s.pendingValues = setPending
@@ -264,7 +280,8 @@ ON DUPLICATE KEY UPDATE last_poll_time = VALUES(last_poll_time),
 }
 
 // stateSets returns the SET lists for a published row, a dead-lettered row
-// and a row put back in the pending set (replay).
+// and a row put back in the pending set (replay), less the error column's
+// reset.
 func stateSets(l *layout.Layout) (published, dead, pending string) {
 	var pub, dd, pend []string
 	switch l.Mode {
@@ -304,9 +321,10 @@ func stateSets(l *layout.Layout) (published, dead, pending string) {
 	if l.RetryCount != "" {
 		pend = append(pend, QuoteIdent(l.RetryCount)+" = 0")
 	}
-	if l.Error != "" {
-		// NULL where the column allows it, else its default (often '').
-		pend = append(pend, QuoteIdent(l.Error)+" = DEFAULT("+QuoteIdent(l.Error)+")")
+	// The error column's reset depends on its type and is added by Replay
+	// (see errorReset).
+	if l.BatchID.Name != "" {
+		pend = append(pend, QuoteIdent(l.BatchID.Name)+" = NULL", QuoteIdent(l.ClaimedAt.Name)+" = NULL")
 	}
 	return strings.Join(pub, ", "), strings.Join(dd, ", "), strings.Join(pend, ", ")
 }
