@@ -118,24 +118,28 @@ func (b *batch) complete(ctx context.Context, o source.Outcome) error {
 	return nil
 }
 
-// idsTable is a derived table u(id) of the given ids, for joining to the
-// outbox table: the join finds each row by its key whatever the planner
-// believes of the table's size (an IN list on a table whose statistics
-// still say empty is scanned whole, and a scan waits on every other
-// claimer's rows: a deadlock).
-func (s *Store) idsTable(ids []string) (string, []any, error) {
+// rowsByID is how a statement finds the rows with ids: target joins a
+// derived table u(id) of the ids to the table, so that each row is found by
+// its key whatever the planner believes of the table's size. An IN list,
+// even forced onto the primary key, was measured a little cheaper but on a
+// small table whose statistics lag it read rows outside the list and so
+// waited on another claimer's rows: a deadlock. where is empty for this
+// form; the statement's arguments are pre, its SET list's, then post.
+func (s *Store) rowsByID(_ context.Context, ids []string) (target, where string, pre, post []any, err error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		v, err := s.idArg(id)
+		if err != nil {
+			return "", "", nil, nil, fmt.Errorf("id %q: %w", id, err)
+		}
+		args[i] = v
+	}
 	ph := "?"
 	if w := s.idWrap(); w != "" {
 		ph = fmt.Sprintf(w, "?")
 	}
 	var b strings.Builder
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		v, err := s.idArg(id)
-		if err != nil {
-			return "", nil, fmt.Errorf("id %q: %w", id, err)
-		}
-		args[i] = v
+	for i := range ids {
 		if i == 0 {
 			b.WriteString("(SELECT " + ph + " AS id")
 		} else {
@@ -143,23 +147,43 @@ func (s *Store) idsTable(ids []string) (string, []any, error) {
 		}
 	}
 	b.WriteString(") u STRAIGHT_JOIN " + s.opts.Table.String() + " AS o ON " + col("o", s.opts.Layout.ID.Name) + " = u.id")
-	return b.String(), args, nil
+	return b.String(), "", args, nil, nil
+}
+
+// update runs UPDATE target SET sets on the rows with ids.
+func (b *batch) update(ctx context.Context, sets string, setArgs []any, ids []string) error {
+	target, where, pre, post, err := b.store.rowsByID(ctx, ids)
+	if err != nil {
+		return err
+	}
+	q := "UPDATE " + target + " SET " + sets
+	if where != "" {
+		q += " WHERE " + where
+	}
+	args := append(append(pre, setArgs...), post...)
+	_, err = b.tx.ExecContext(ctx, q, args...)
+	return err
 }
 
 // byIDs deletes the rows with ids (sets empty) or updates them with sets, a
 // chunk at a time.
 func (b *batch) byIDs(ctx context.Context, what, sets string, ids []string, setArgs ...any) error {
 	for chunk := range chunks(ids) {
-		join, args, err := b.store.idsTable(chunk)
+		if sets != "" {
+			if err := b.update(ctx, sets, setArgs, chunk); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			continue
+		}
+		target, where, pre, post, err := b.store.rowsByID(ctx, chunk)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		q := "DELETE o FROM " + join
-		if sets != "" {
-			q = "UPDATE " + join + " SET " + sets
-			args = append(args, setArgs...)
+		q := "DELETE o FROM " + target
+		if where != "" {
+			q += " WHERE " + where
 		}
-		if _, err := b.tx.ExecContext(ctx, q, args...); err != nil {
+		if _, err := b.tx.ExecContext(ctx, q, append(pre, post...)...); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -242,12 +266,7 @@ func (b *batch) updateRows(ctx context.Context, what, extra string, ids []string
 	if len(sets) == 0 {
 		return nil
 	}
-	join, jargs, err := s.idsTable(ids)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	q := "UPDATE " + join + " SET " + strings.Join(sets, ", ")
-	if _, err := b.tx.ExecContext(ctx, q, append(jargs, args...)...); err != nil {
+	if err := b.update(ctx, strings.Join(sets, ", "), args, ids); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil

@@ -231,3 +231,4 @@ func (s *Store) errorReset(ctx context.Context) (string, error) {
 	}
 	return q + " = ''", nil
 }
+
