@@ -231,4 +231,3 @@ func (s *Store) errorReset(ctx context.Context) (string, error) {
 	}
 	return q + " = ''", nil
 }
-

@@ -171,7 +171,7 @@ func TestManagedTableAdoptsOriginal(t *testing.T) {
 // TestKafkaOutboxDeadAndReplay follows a kafka_outbox row through a dead
 // letter and its replay: errored and error_reason set and push_attempts
 // kept, then all of it and the claim columns reset (error_reason, a TEXT
-// column, back to '').
+// column, back to ”).
 func TestKafkaOutboxDeadAndReplay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
