@@ -197,12 +197,15 @@ func MigrateTables(ctx context.Context, cfg *config.Config, db string) error {
 		if s.Database != db || s.ManageTable == nil || !*s.ManageTable || s.Table == "" {
 			continue
 		}
-		if cfg.Databases[db].Driver == "mysql" {
-			return fmt.Errorf("sources[%d].manage_table: the relay does not create tables on MySQL yet; create it and set manage_table: false", i)
-		}
 		schema, table, err := config.ParseTableName(s.Table)
 		if err != nil {
 			return fmt.Errorf("sources[%d].table: %w", i, err)
+		}
+		if cfg.Databases[db].Driver == "mysql" {
+			if err := mysql.MigrateTable(ctx, cfg.Databases[db].DSN, mysql.Table{Schema: schema, Name: table}); err != nil {
+				return fmt.Errorf("sources[%d]: %w", i, err)
+			}
+			continue
 		}
 		if err := postgres.MigrateTable(ctx, cfg.Databases[db].DSN, postgres.Table{Schema: schema, Name: table}); err != nil {
 			return fmt.Errorf("sources[%d]: %w", i, err)

@@ -58,8 +58,12 @@ func (a *App) resolveMySQLTable(ctx context.Context, i int, cs config.Source, na
 	if err != nil {
 		return nil, err
 	}
+	index, err := mysql.ClaimIndex(ctx, db, t, l)
+	if err != nil {
+		return nil, fmt.Errorf("%s.table: %w", path, err)
+	}
 	opts := mysql.Options{Source: name, Table: t, RelayDatabase: a.cfg.RelaySchema, Layout: l,
-		Ordering: cs.Ordering == nil || *cs.Ordering}
+		Ordering: cs.Ordering == nil || *cs.Ordering, ClaimTimeout: cs.ClaimTimeout.D(), ClaimIndex: index}
 	if err := opts.Validate(); err != nil {
 		return nil, fmt.Errorf("%s.%w", path, err)
 	}

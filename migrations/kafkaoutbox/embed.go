@@ -5,9 +5,10 @@
 // than the relay schema's.
 //
 // The files are goose migrations with two placeholders, filled in by the
-// migration runner: {{table}} is the schema-qualified, quoted table and
-// {{name}} its bare name (a plain lower-case identifier), for naming its
-// indexes.
+// migration runner: {{table}} is the quoted table (schema-qualified on
+// PostgreSQL; on MySQL/MariaDB the migrations run with the table's database
+// as the connection's) and {{name}} its bare name (a plain lower-case
+// identifier), for naming its indexes and looking it up in the catalogue.
 package kafkaoutbox
 
 import "embed"
@@ -16,3 +17,8 @@ import "embed"
 //
 //go:embed postgres/*.sql
 var Postgres embed.FS
+
+// MySQL holds the MySQL 8 / MariaDB 10.6+ migrations under "mysql/".
+//
+//go:embed mysql/*.sql
+var MySQL embed.FS

@@ -3,9 +3,11 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -15,16 +17,36 @@ const maxInList = 1000
 
 // batch is a claim held by an open transaction.
 type batch struct {
-	store *Store
-	tx    *sql.Tx
-	rows  []source.Row
+	store     *Store
+	conn      *sql.Conn // the claim's own connection, when its wait_timeout was set for it
+	tx        *sql.Tx
+	rows      []source.Row
+	id        string    // a uuid, recorded on acknowledged rows when the layout keeps claims
+	claimedAt time.Time // the server's time at the claim
+}
+
+// done hands a connection taken for the claim back, its wait_timeout put
+// back first. A connection the server closed meanwhile is dropped.
+func (b *batch) done() {
+	if b.conn == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := b.conn.ExecContext(ctx, b.store.waitReset); err != nil {
+		_ = b.conn.Raw(func(any) error { return driver.ErrBadConn })
+	}
+	_ = b.conn.Close()
+	b.conn = nil
 }
 
 func (b *batch) Rows() []source.Row { return b.rows }
 
 // Release implements source.Batch: ROLLBACK gives every row back.
 func (b *batch) Release(context.Context) error {
-	if err := b.tx.Rollback(); err != nil && !errors.Is(err, sql.ErrTxDone) {
+	err := b.tx.Rollback()
+	b.done()
+	if err != nil && !errors.Is(err, sql.ErrTxDone) {
 		return fmt.Errorf("release claim: %w", err)
 	}
 	return nil
@@ -33,6 +55,7 @@ func (b *batch) Release(context.Context) error {
 // Complete implements source.Batch: acknowledgements, retry state and dead
 // letters are written in the claim's transaction, which then commits.
 func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
+	defer b.done()
 	if err := b.complete(ctx, o); err != nil {
 		_ = b.tx.Rollback()
 		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
@@ -56,10 +79,14 @@ func (b *batch) complete(ctx context.Context, o source.Outcome) error {
 			}
 		}
 		sets := ""
+		var setArgs []any
 		if s.opts.Layout.Mode != "delete" {
 			sets = s.sql.ackSets
+			if s.sql.ackClaim {
+				setArgs = []any{b.id, b.claimedAt}
+			}
 		}
-		if err := b.byIDs(ctx, "acknowledge", sets, ids); err != nil {
+		if err := b.byIDs(ctx, "acknowledge", sets, ids, setArgs...); err != nil {
 			return err
 		}
 	}
@@ -91,24 +118,28 @@ func (b *batch) complete(ctx context.Context, o source.Outcome) error {
 	return nil
 }
 
-// idsTable is a derived table u(id) of the given ids, for joining to the
-// outbox table: the join finds each row by its key whatever the planner
-// believes of the table's size (an IN list on a table whose statistics
-// still say empty is scanned whole, and a scan waits on every other
-// claimer's rows: a deadlock).
-func (s *Store) idsTable(ids []string) (string, []any, error) {
+// rowsByID is how a statement finds the rows with ids: target joins a
+// derived table u(id) of the ids to the table, so that each row is found by
+// its key whatever the planner believes of the table's size. An IN list,
+// even forced onto the primary key, was measured a little cheaper but on a
+// small table whose statistics lag it read rows outside the list and so
+// waited on another claimer's rows: a deadlock. where is empty for this
+// form; the statement's arguments are pre, its SET list's, then post.
+func (s *Store) rowsByID(_ context.Context, ids []string) (target, where string, pre, post []any, err error) {
+	args := make([]any, len(ids))
+	for i, id := range ids {
+		v, err := s.idArg(id)
+		if err != nil {
+			return "", "", nil, nil, fmt.Errorf("id %q: %w", id, err)
+		}
+		args[i] = v
+	}
 	ph := "?"
 	if w := s.idWrap(); w != "" {
 		ph = fmt.Sprintf(w, "?")
 	}
 	var b strings.Builder
-	args := make([]any, len(ids))
-	for i, id := range ids {
-		v, err := s.idArg(id)
-		if err != nil {
-			return "", nil, fmt.Errorf("id %q: %w", id, err)
-		}
-		args[i] = v
+	for i := range ids {
 		if i == 0 {
 			b.WriteString("(SELECT " + ph + " AS id")
 		} else {
@@ -116,22 +147,43 @@ func (s *Store) idsTable(ids []string) (string, []any, error) {
 		}
 	}
 	b.WriteString(") u STRAIGHT_JOIN " + s.opts.Table.String() + " AS o ON " + col("o", s.opts.Layout.ID.Name) + " = u.id")
-	return b.String(), args, nil
+	return b.String(), "", args, nil, nil
+}
+
+// update runs UPDATE target SET sets on the rows with ids.
+func (b *batch) update(ctx context.Context, sets string, setArgs []any, ids []string) error {
+	target, where, pre, post, err := b.store.rowsByID(ctx, ids)
+	if err != nil {
+		return err
+	}
+	q := "UPDATE " + target + " SET " + sets
+	if where != "" {
+		q += " WHERE " + where
+	}
+	args := append(append(pre, setArgs...), post...)
+	_, err = b.tx.ExecContext(ctx, q, args...)
+	return err
 }
 
 // byIDs deletes the rows with ids (sets empty) or updates them with sets, a
 // chunk at a time.
-func (b *batch) byIDs(ctx context.Context, what, sets string, ids []string) error {
+func (b *batch) byIDs(ctx context.Context, what, sets string, ids []string, setArgs ...any) error {
 	for chunk := range chunks(ids) {
-		join, args, err := b.store.idsTable(chunk)
+		if sets != "" {
+			if err := b.update(ctx, sets, setArgs, chunk); err != nil {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			continue
+		}
+		target, where, pre, post, err := b.store.rowsByID(ctx, chunk)
 		if err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
-		q := "DELETE o FROM " + join
-		if sets != "" {
-			q = "UPDATE " + join + " SET " + sets
+		q := "DELETE o FROM " + target
+		if where != "" {
+			q += " WHERE " + where
 		}
-		if _, err := b.tx.ExecContext(ctx, q, args...); err != nil {
+		if _, err := b.tx.ExecContext(ctx, q, append(pre, post...)...); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
 		}
 	}
@@ -164,7 +216,11 @@ ON DUPLICATE KEY UPDATE order_key = VALUES(order_key), attempts = VALUES(attempt
 	attempts := make([]any, len(rs))
 	errs := make([]any, len(rs))
 	for i, r := range rs {
-		ids[i], attempts[i], errs[i] = b.rows[r.Index].ID, r.Attempts, truncate(r.Err)
+		msg, err := s.fitError(ctx, r.Err)
+		if err != nil {
+			return fmt.Errorf("record retry in the row: %w", err)
+		}
+		ids[i], attempts[i], errs[i] = b.rows[r.Index].ID, r.Attempts, msg
 	}
 	return b.updateRows(ctx, "record retry in the row", "", ids, attempts, errs)
 }
@@ -210,12 +266,7 @@ func (b *batch) updateRows(ctx context.Context, what, extra string, ids []string
 	if len(sets) == 0 {
 		return nil
 	}
-	join, jargs, err := s.idsTable(ids)
-	if err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	q := "UPDATE " + join + " SET " + strings.Join(sets, ", ")
-	if _, err := b.tx.ExecContext(ctx, q, append(jargs, args...)...); err != nil {
+	if err := b.update(ctx, strings.Join(sets, ", "), args, ids); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
 	return nil

@@ -36,7 +36,7 @@ func NeededPrivileges(l *layout.Layout) []string {
 // putting rows back on replay).
 func UpdatedColumns(l *layout.Layout) []string {
 	var cols []string
-	for _, c := range []string{l.Flag, l.PublishedAt, l.Status, l.RetryCount, l.Error, l.Errored.Name} {
+	for _, c := range []string{l.Flag, l.PublishedAt, l.Status, l.RetryCount, l.Error, l.Errored.Name, l.BatchID.Name, l.ClaimedAt.Name} {
 		if c != "" && !slices.Contains(cols, c) {
 			cols = append(cols, c)
 		}

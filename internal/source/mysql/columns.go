@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
@@ -15,6 +17,9 @@ type tableColumn struct {
 	Type      string // COLUMN_TYPE, or "json" (see Columns)
 	Generated bool
 	Primary   bool // part of the primary key
+	Nullable  bool
+	MaxChars  int64 // the longest text the column holds, in characters; 0: no limit known
+	MaxBytes  int64 // the same in bytes
 }
 
 // Columns describes the table's columns, for layout.Resolve. Type is the
@@ -42,7 +47,8 @@ func tableColumns(ctx context.Context, db *sql.DB, t Table) ([]tableColumn, erro
 	if t.Schema != "" {
 		schemaExpr, args = "?", []any{t.Schema, t.Name}
 	}
-	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, LOWER(COLUMN_TYPE), EXTRA, COLUMN_KEY FROM information_schema.COLUMNS
+	rows, err := db.QueryContext(ctx, `SELECT COLUMN_NAME, LOWER(COLUMN_TYPE), EXTRA, COLUMN_KEY, IS_NULLABLE = 'YES',
+  COALESCE(CHARACTER_MAXIMUM_LENGTH, 0), COALESCE(CHARACTER_OCTET_LENGTH, 0) FROM information_schema.COLUMNS
 WHERE TABLE_SCHEMA = `+schemaExpr+` AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("describe %s: %w", t, err)
@@ -52,7 +58,7 @@ WHERE TABLE_SCHEMA = `+schemaExpr+` AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION
 	for rows.Next() {
 		var c tableColumn
 		var extra, key string
-		if err := rows.Scan(&c.Name, &c.Type, &extra, &key); err != nil {
+		if err := rows.Scan(&c.Name, &c.Type, &extra, &key, &c.Nullable, &c.MaxChars, &c.MaxBytes); err != nil {
 			return nil, fmt.Errorf("describe %s: %w", t, err)
 		}
 		c.Generated = strings.Contains(strings.ToUpper(extra), "GENERATED")
@@ -143,4 +149,85 @@ func restoreSQL(c tableColumn, doc string) string {
 		e = "FROM_BASE64(" + e + ")"
 	}
 	return e
+}
+
+// column returns the store's table column named name.
+func (s *Store) column(ctx context.Context, name string) (tableColumn, error) {
+	cols, err := s.tableColumns(ctx)
+	if err != nil {
+		return tableColumn{}, err
+	}
+	for _, c := range cols {
+		if c.Name == name {
+			return c, nil
+		}
+	}
+	return tableColumn{}, fmt.Errorf("column %s of %s not found", QuoteIdent(name), s.opts.Table)
+}
+
+// fitError cuts an error text to what the layout's error column holds (an
+// adopted table's VARCHAR(255), say), on a character boundary, marking the
+// cut with "...". Without an error column it returns msg as truncate does.
+func (s *Store) fitError(ctx context.Context, msg string) (string, error) {
+	msg = truncate(msg)
+	if s.opts.Layout.Error == "" {
+		return msg, nil
+	}
+	c, err := s.column(ctx, s.opts.Layout.Error)
+	if err != nil {
+		return "", err
+	}
+	return fitText(msg, c.MaxChars, c.MaxBytes), nil
+}
+
+// fitText cuts s to at most maxChars characters and maxBytes bytes (zero:
+// no limit), ending a cut text with "..." when there is room for it.
+func fitText(s string, maxChars, maxBytes int64) string {
+	if maxChars <= 0 {
+		maxChars = math.MaxInt64
+	}
+	if maxBytes <= 0 {
+		maxBytes = math.MaxInt64
+	}
+	if int64(len(s)) <= maxBytes && int64(utf8.RuneCountInString(s)) <= maxChars {
+		return s
+	}
+	mark := "..."
+	if maxChars < int64(len(mark)) || maxBytes < int64(len(mark)) {
+		mark = ""
+	}
+	limChars, limBytes := maxChars-int64(len(mark)), maxBytes-int64(len(mark))
+	var chars int64
+	end := 0
+	for end < len(s) {
+		_, size := utf8.DecodeRuneInString(s[end:])
+		if chars+1 > limChars || int64(end+size) > limBytes {
+			break
+		}
+		chars++
+		end += size
+	}
+	return s[:end] + mark
+}
+
+// errorReset is the SET item that empties the error column on replay: its
+// default where it has a literal one, else NULL or ” (MySQL refuses
+// DEFAULT(col) for the expression defaults that TEXT columns need).
+func (s *Store) errorReset(ctx context.Context) (string, error) {
+	name := s.opts.Layout.Error
+	if name == "" {
+		return "", nil
+	}
+	c, err := s.column(ctx, name)
+	if err != nil {
+		return "", err
+	}
+	q := QuoteIdent(name)
+	switch {
+	case !strings.Contains(c.Type, "text") && !strings.Contains(c.Type, "blob") && c.Type != "json":
+		return q + " = DEFAULT(" + q + ")", nil
+	case c.Nullable:
+		return q + " = NULL", nil
+	}
+	return q + " = ''", nil
 }

@@ -44,9 +44,7 @@ type myHarness struct {
 	relayDB string
 }
 
-// Presets: kafka-outbox's claim columns (state.batch_id, state.claimed_at)
-// are not recorded on MySQL yet.
-func (h *myHarness) Presets() []string { return []string{"delete", "status"} }
+func (h *myHarness) Presets() []string { return []string{"delete", "status", "kafka-outbox"} }
 
 // The tables of the presets, with every column each preset names;
 // created_at has microseconds so that rows sort in insertion order.
@@ -84,6 +82,13 @@ func (h *myHarness) NewTable(t *testing.T, preset string) sourcetest.Table {
 		mytest.Exec(t, h.db, fmt.Sprintf(deleteTable, tbl))
 	case "status":
 		mytest.Exec(t, h.db, fmt.Sprintf(statusTable, tbl))
+	case "kafka-outbox":
+		// The relay's own migrations make it, as in production; a name of
+		// its own keeps the tables of parallel tests apart.
+		tbl.Name = "kafka_outbox_" + mytest.Suffix()
+		if err := MigrateTable(ctx, h.dsn, tbl); err != nil {
+			t.Fatal(err)
+		}
 	default:
 		t.Fatalf("no table for preset %q", preset)
 	}
@@ -112,13 +117,16 @@ type myTable struct {
 func (tb *myTable) Open(t *testing.T, o sourcetest.Options) sourcetest.Store {
 	t.Helper()
 	owner := "sourcetest " + mytest.Suffix()
-	db, err := OpenWith(tb.h.dsn, ConnOptions{ClaimTimeout: o.ClaimTimeout, Owner: owner})
+	// The claim timeout is the store's (Options.ClaimTimeout), not the
+	// pool's: each claim sets its connection's wait_timeout.
+	db, err := OpenWith(tb.h.dsn, ConnOptions{Owner: owner})
 	if err != nil {
 		t.Fatal(err)
 	}
 	db.SetMaxOpenConns(4)
 	s := &myStore{
-		Store: New(db, Options{Source: o.Source, Table: tb.table, RelayDatabase: tb.h.relayDB, Layout: tb.layout, Ordering: o.Ordering}),
+		Store: New(db, Options{Source: o.Source, Table: tb.table, RelayDatabase: tb.h.relayDB, Layout: tb.layout, Ordering: o.Ordering,
+			ClaimTimeout: o.ClaimTimeout}),
 		admin: tb.h.db, owner: owner,
 	}
 	t.Cleanup(func() {
@@ -186,6 +194,18 @@ func (tb *myTable) Insert(t *testing.T, rows ...sourcetest.Row) []string {
 				t.Fatal(err)
 			}
 			ids[i] = fmt.Sprint(id)
+		case "kafka-outbox":
+			res, err := tb.h.db.ExecContext(ctx, "INSERT INTO "+tb.table.String()+
+				" (topic, `key`, partition_key, payload_json, payload_headers) VALUES (?, ?, ?, ?, ?)",
+				r.Topic, r.Key, r.PartitionKey, r.Payload, r.Headers)
+			if err != nil {
+				t.Fatalf("insert: %v", err)
+			}
+			id, err := res.LastInsertId()
+			if err != nil {
+				t.Fatal(err)
+			}
+			ids[i] = fmt.Sprint(id)
 		case "status":
 			if err := tb.h.db.QueryRowContext(ctx, "SELECT UUID()").Scan(&ids[i]); err != nil {
 				t.Fatal(err)
@@ -206,19 +226,25 @@ func (tb *myTable) State(t *testing.T, id string) sourcetest.RowState {
 	var q string
 	switch tb.preset {
 	case "delete":
-		q = "SELECT TRUE, FALSE, FALSE, 0, '' FROM " + tb.table.String() + " WHERE id = CAST(? AS UNSIGNED)"
+		q = "SELECT TRUE, FALSE, FALSE, 0, '', '', NULL FROM " + tb.table.String() + " WHERE id = CAST(? AS UNSIGNED)"
 	case "status":
-		q = "SELECT status = 'pending', status = 'published' AND published_at IS NOT NULL, status = 'failed', retry_count, '' FROM " +
+		q = "SELECT status = 'pending', status = 'published' AND published_at IS NOT NULL, status = 'failed', retry_count, '', '', NULL FROM " +
 			tb.table.String() + " WHERE id = ?"
+	case "kafka-outbox":
+		q = "SELECT push_completed_at IS NULL AND errored = 0, push_completed_at IS NOT NULL, errored = 1, push_attempts, error_reason, " +
+			"COALESCE(batch_id, ''), push_started_at FROM " + tb.table.String() + " WHERE id = CAST(? AS UNSIGNED)"
 	}
 	st := sourcetest.RowState{Exists: true}
-	err := tb.h.db.QueryRowContext(context.Background(), q, id).Scan(&st.Pending, &st.Published, &st.Failed, &st.Attempts, &st.Error)
+	var claimed sql.NullTime
+	err := tb.h.db.QueryRowContext(context.Background(), q, id).
+		Scan(&st.Pending, &st.Published, &st.Failed, &st.Attempts, &st.Error, &st.BatchID, &claimed)
 	if errors.Is(err, sql.ErrNoRows) {
 		return sourcetest.RowState{}
 	}
 	if err != nil {
 		t.Fatalf("row state: %v", err)
 	}
+	st.ClaimedAt = claimed.Time
 	return st
 }
 
@@ -253,6 +279,13 @@ func (tb *myTable) Totals(t *testing.T, src string) source.Stats {
 	return s
 }
 
-func (tb *myTable) ClaimElsewhere(t *testing.T, _ string, _ time.Time) {
-	t.Fatal("no preset with claim columns runs on MySQL")
+// ClaimElsewhere marks the row as the original relay does when it claims
+// it: a batch id and the claim time (UTC), push_completed_at still NULL.
+func (tb *myTable) ClaimElsewhere(t *testing.T, id string, at time.Time) {
+	t.Helper()
+	_, err := tb.h.db.ExecContext(context.Background(), "UPDATE "+tb.table.String()+
+		" SET batch_id = UUID(), push_started_at = ? WHERE id = CAST(? AS UNSIGNED)", at.UTC(), id)
+	if err != nil {
+		t.Fatal(err)
+	}
 }

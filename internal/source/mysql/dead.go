@@ -82,7 +82,11 @@ LEFT JOIN ` + rs + `.retry_state r ON r.source = ? AND r.event_id = u.id` + binC
 	attempts := make([]any, len(ds))
 	reasons := make([]any, len(ds))
 	for i, d := range ds {
-		attempts[i], reasons[i] = d.Attempts, truncate(d.Reason)
+		msg, err := s.fitError(ctx, d.Reason)
+		if err != nil {
+			return fmt.Errorf("mark dead rows: %w", err)
+		}
+		attempts[i], reasons[i] = d.Attempts, msg
 	}
 	return b.updateRows(ctx, "mark dead rows", s.sql.deadSets, ids, attempts, reasons)
 }

@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"database/sql"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -21,6 +22,7 @@ const (
 	colCreatedAt
 	colMaxRetries
 	colAttempts
+	colClaimedAt
 	numClaimCols
 )
 
@@ -28,7 +30,7 @@ const (
 // the layout's extra templates, which follow the fixed columns. The text and byte
 // columns are read raw and copied into one string and one slice, so a row
 // costs few allocations whatever its width.
-func scanRow(rows *sql.Rows, extra int, r *source.Row) error {
+func scanRow(rows *sql.Rows, extra int, r *source.Row, claimedAt *time.Time) error {
 	var (
 		raw        [colAggregateID + 1]sql.RawBytes
 		created    sql.NullTime
@@ -39,7 +41,7 @@ func scanRow(rows *sql.Rows, extra int, r *source.Row) error {
 	for i := range raw {
 		dest = append(dest, &raw[i])
 	}
-	dest = append(dest, &created, &maxRetries, &attempts)
+	dest = append(dest, &created, &maxRetries, &attempts, claimedAt)
 	var ex []sql.NullString
 	if extra > 0 {
 		ex = make([]sql.NullString, extra)

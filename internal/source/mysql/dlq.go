@@ -103,9 +103,15 @@ func (s *Store) Replay(ctx context.Context, events []FailedEvent, actor string) 
 		return 0, s.invalid
 	}
 	l := s.opts.Layout
+	sets := s.sql.pendingValues
+	if reset, err := s.errorReset(ctx); err != nil {
+		return 0, fmt.Errorf("replay: %w", err)
+	} else if reset != "" {
+		sets = strings.TrimPrefix(sets+", "+reset, ", ")
+	}
 	update := ""
-	if s.sql.pendingValues != "" && l.Mode != "delete" {
-		update = "UPDATE " + s.opts.Table.String() + " SET " + s.sql.pendingValues + " WHERE " + QuoteIdent(l.ID.Name) + " = " + idValueSQL(l, "?")
+	if sets != "" && l.Mode != "delete" {
+		update = "UPDATE " + s.opts.Table.String() + " SET " + sets + " WHERE " + QuoteIdent(l.ID.Name) + " = " + idValueSQL(l, "?")
 	}
 	n := 0
 	for _, e := range events {

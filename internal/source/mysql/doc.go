@@ -17,9 +17,15 @@
 //   - New(db, Options) *Store: the source.Store; Options.Validate checks
 //     every identifier first (backticks, NUL and names over 64 characters
 //     are refused, naming the field).
+//     Options.ClaimTimeout is the source's claim timeout: another relay's
+//     unfinished claims (state.batch_id) older than it are taken back, and
+//     it wins over the pool's wait_timeout for this store's claims.
+//   - MigrateTable / NewTableMigrator: the relay-owned kafka_outbox table
+//     in the application's database, with its own version table.
 //   - NewMigrator: the relay database's migrations (goose, up, down,
 //     status); the relay database defaults to DefaultRelayDatabase.
-//   - NewLeases: one owner per source across replicas.
+//   - NewLeases: one owner per source across replicas; share one per
+//     server and owner (it holds a connection for the owner's liveness).
 //   - ListFailed and Store.Replay: the dead-letter list and its replay.
 //   - CheckPrivileges, NeededPrivileges, UpdatedColumns and
 //     CheckRelayDatabase: what the relay's user lacks.

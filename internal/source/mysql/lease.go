@@ -25,6 +25,12 @@ type Lease = source.Lease
 // alive. When the process dies the server drops the connection and the lock
 // with it, and the owner's leases are taken over at once rather than after
 // their TTL. Close releases the lock.
+//
+// A Leases is safe for concurrent use: make one per database server and
+// owner and share it among every source on that server, so that the process
+// keeps one connection for its liveness, not one per source. A second
+// Leases of the same owner on the same server holds no connection (the lock
+// is already held) but opens one on each Acquire and Renew to find that out.
 type Leases struct {
 	db    *sql.DB
 	rdb   string

@@ -131,14 +131,18 @@ func (c *connector) Connect(ctx context.Context) (driver.Conn, error) {
 	return conn, nil
 }
 
-func (c *connector) Driver() driver.Driver { return relayDriver{c.inner.Driver()} }
+func (c *connector) Driver() driver.Driver { return relayDriver{c.inner.Driver(), c.waitTimeout} }
 
 // relayDriver marks a pool made by Open: its connections are already set
 // up, so claims need no statements of their own for it.
-type relayDriver struct{ driver.Driver }
+type relayDriver struct {
+	driver.Driver
+	waitTimeout int // every connection's wait_timeout, in seconds
+}
 
-// fromOpen says whether db was made by Open.
-func fromOpen(db *sql.DB) bool {
-	_, ok := db.Driver().(relayDriver)
-	return ok
+// poolWaitTimeout returns the wait_timeout Open gave db's connections, and
+// whether db was made by Open at all.
+func poolWaitTimeout(db *sql.DB) (int, bool) {
+	d, ok := db.Driver().(relayDriver)
+	return d.waitTimeout, ok
 }

@@ -3,6 +3,7 @@ package mysql
 import (
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
@@ -21,7 +22,8 @@ const maxOrderKeyLen = 500
 // of ids are appended at run time (see inList).
 type statements struct {
 	claim         string // ? source [, ? source], ? limit
-	ackSets       string // SET list for a published row (not in delete mode)
+	ackSets       string // SET list for a published row (not in delete mode); ? batch id, ? claim time when ackClaim
+	ackClaim      bool   // the layout records the claim (state.batch_id, state.claimed_at) on delivery
 	deadSets      string // SET list for a dead-lettered row (not in delete mode)
 	retryCount    string // column to keep attempts in, or ""
 	errorCol      string // column to keep the last error in, or ""
@@ -193,7 +195,7 @@ func statePredicate(l *layout.Layout, alias string) string {
 
 const now = "UTC_TIMESTAMP(6)"
 
-func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) statements {
+func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, claimTimeout time.Duration, index string) statements {
 	rs := QuoteIdent(relayDB)
 	var s statements
 	// The retry state is read in subqueries, never joined: a locking read
@@ -217,6 +219,7 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) sta
 		optCol("o", l.CreatedAt),
 		optCol("o", l.MaxRetries),
 		attemptsSQL(l, "(SELECT r.attempts FROM "+retryRow+")"),
+		now, // the claim's time, recorded on delivery when the layout keeps claims
 	}
 	for _, t := range l.Extra {
 		selectList = append(selectList, templateSQL(t, "o"))
@@ -224,6 +227,13 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) sta
 	where := []string{
 		pendingPredicate(l, "o"),
 		"NOT EXISTS (SELECT 1 FROM " + retryRow + " AND r.next_attempt_at > " + now + ")",
+	}
+	if l.BatchID.Name != "" {
+		// A row another relay marked claimed is skipped until its claim
+		// is older than the claim timeout: that relay died mid-batch.
+		claimed := col("o", l.ClaimedAt.Name)
+		where = append(where, fmt.Sprintf("(%s IS NULL OR %s IS NULL OR %s < %s - INTERVAL %d MICROSECOND)",
+			col("o", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds()))
 	}
 	if ordering {
 		where = append(where, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = ? AND b.order_key = LEFT("+
@@ -233,15 +243,25 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool) sta
 	if l.OrderBy != l.ID.Name {
 		orderBy += ", " + col("o", l.ID.Name)
 	}
+	force := ""
+	if index != "" {
+		force = " FORCE INDEX (" + QuoteIdent(index) + ")"
+	}
 	s.claim = fmt.Sprintf(`SELECT %s
-FROM %s o
+FROM %s o%s
 WHERE %s
 ORDER BY %s
 LIMIT ?
-FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, strings.Join(where, "\n  AND "), orderBy)
+FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, force, strings.Join(where, "\n  AND "), orderBy)
 
 	setPublished, setDead, setPending := stateSets(l)
 	s.ackSets = setPublished
+	if l.BatchID.Name != "" && l.Mode != "delete" {
+		// The claim is recorded as the original relay records it: the
+		// batch's id and when it was claimed.
+		s.ackSets += ", " + QuoteIdent(l.BatchID.Name) + " = ?, " + QuoteIdent(l.ClaimedAt.Name) + " = ?"
+		s.ackClaim = true
+	}
 	s.deadSets = setDead
 	s.retryCount, s.errorCol = l.RetryCount, l.Error
 	s.pendingValues = setPending
@@ -265,7 +285,8 @@ ON DUPLICATE KEY UPDATE last_poll_time = VALUES(last_poll_time),
 }
 
 // stateSets returns the SET lists for a published row, a dead-lettered row
-// and a row put back in the pending set (replay).
+// and a row put back in the pending set (replay), less the error column's
+// reset.
 func stateSets(l *layout.Layout) (published, dead, pending string) {
 	var pub, dd, pend []string
 	switch l.Mode {
@@ -305,9 +326,10 @@ func stateSets(l *layout.Layout) (published, dead, pending string) {
 	if l.RetryCount != "" {
 		pend = append(pend, QuoteIdent(l.RetryCount)+" = 0")
 	}
-	if l.Error != "" {
-		// NULL where the column allows it, else its default (often '').
-		pend = append(pend, QuoteIdent(l.Error)+" = DEFAULT("+QuoteIdent(l.Error)+")")
+	// The error column's reset depends on its type and is added by Replay
+	// (see errorReset).
+	if l.BatchID.Name != "" {
+		pend = append(pend, QuoteIdent(l.BatchID.Name)+" = NULL", QuoteIdent(l.ClaimedAt.Name)+" = NULL")
 	}
 	return strings.Join(pub, ", "), strings.Join(dd, ", "), strings.Join(pend, ", ")
 }

@@ -2,7 +2,9 @@ package mysql
 
 import (
 	"context"
+	"crypto/rand"
 	"database/sql"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"slices"
@@ -25,6 +27,20 @@ type Options struct {
 	RelayDatabase string // default DefaultRelayDatabase
 	Layout        *layout.Layout
 	Ordering      bool
+	// ClaimTimeout is the source's claim timeout (sources[].claim_timeout).
+	// A row another relay marked claimed (state.batch_id) and did not
+	// deliver is pending again once its claim is older than this. It is
+	// also how long this store's claims may stay idle before the server
+	// ends them: when it differs from the pool's wait_timeout (see
+	// ConnOptions.ClaimTimeout), each claim sets its connection's
+	// wait_timeout to it and puts the pool's back afterwards, so the
+	// store's value wins. Zero takes the pool's wait_timeout for a pool
+	// made by Open, else DefaultClaimTimeout.
+	ClaimTimeout time.Duration
+	// ClaimIndex is the index every claim reads the table by (see
+	// ClaimIndex); empty leaves the choice to the planner, which is only
+	// safe while a single claim runs at a time.
+	ClaimIndex string
 }
 
 // Validate checks every identifier the store will put in SQL; the error
@@ -36,6 +52,11 @@ func (o Options) Validate() error {
 	}
 	if err := ValidateIdent("relay_database", o.relayDB()); err != nil {
 		return err
+	}
+	if o.ClaimIndex != "" {
+		if err := ValidateIdent("claim index", o.ClaimIndex); err != nil {
+			return err
+		}
 	}
 	l := o.Layout
 	if l == nil {
@@ -92,6 +113,10 @@ type Store struct {
 	invalid error // from Options.Validate: every call returns it
 	opened  bool  // db came from Open: its sessions are set up already
 	id      idKind
+	// waitSet and waitReset, when set, are run on a claim's connection
+	// before and after it: the store's claim timeout differs from the
+	// connection's wait_timeout.
+	waitSet, waitReset string
 
 	mu      sync.Mutex
 	columns []tableColumn // the table's columns, looked up on first need
@@ -102,13 +127,32 @@ type Store struct {
 // make every call return the error (call Options.Validate to fail early).
 func New(db *sql.DB, opts Options) *Store {
 	opts.RelayDatabase = opts.relayDB()
-	s := &Store{db: db, opts: opts, opened: fromOpen(db)}
+	poolWait, opened := poolWaitTimeout(db)
+	s := &Store{db: db, opened: opened}
+	switch {
+	case opts.ClaimTimeout > 0:
+	case opened:
+		opts.ClaimTimeout = time.Duration(poolWait) * time.Second
+	default:
+		opts.ClaimTimeout = DefaultClaimTimeout
+	}
+	if w := waitSeconds(opts.ClaimTimeout); !opened || w != poolWait {
+		s.waitSet = "SET SESSION wait_timeout = " + strconv.Itoa(w)
+		s.waitReset = "SET SESSION wait_timeout = DEFAULT"
+		if opened {
+			s.waitReset = "SET SESSION wait_timeout = " + strconv.Itoa(poolWait)
+		}
+	}
+	s.opts = opts
 	if s.invalid = opts.Validate(); s.invalid == nil {
-		s.sql = buildStatements(opts.Layout, opts.Table.String(), opts.RelayDatabase, opts.Ordering)
+		s.sql = buildStatements(opts.Layout, opts.Table.String(), opts.RelayDatabase, opts.Ordering, opts.ClaimTimeout, opts.ClaimIndex)
 		s.id = kindOf(opts.Layout.ID)
 	}
 	return s
 }
+
+// ClaimTimeout is the store's claim timeout, defaults applied.
+func (s *Store) ClaimTimeout() time.Duration { return s.opts.ClaimTimeout }
 
 // Claim implements source.Store: the claim is a transaction on one
 // connection that stays open until Complete or Release.
@@ -122,41 +166,75 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		// locks would block the application's inserts while a batch is held.
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
-	tx, err := s.db.BeginTx(ctx, opts)
+	b := &batch{store: s}
+	var err error
+	if s.waitSet != "" {
+		if b.conn, err = s.db.Conn(ctx); err != nil {
+			return nil, fmt.Errorf("claim: connection: %w", err)
+		}
+		if _, err = b.conn.ExecContext(ctx, s.waitSet); err != nil {
+			_ = b.conn.Close()
+			return nil, fmt.Errorf("claim: set the claim timeout: %w", err)
+		}
+		b.tx, err = b.conn.BeginTx(ctx, opts)
+	} else {
+		b.tx, err = s.db.BeginTx(ctx, opts)
+	}
 	if err != nil {
+		b.done()
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}
+	if err := b.claim(ctx, limit); err != nil {
+		_ = b.tx.Rollback()
+		b.done()
+		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+	}
+	if len(b.rows) == 0 {
+		err := b.tx.Rollback()
+		b.done()
+		if err != nil {
+			return nil, fmt.Errorf("claim: rollback: %w", err)
+		}
+		return nil, nil
+	}
+	if s.sql.ackClaim {
+		b.id = newBatchID()
+	}
+	return b, nil
+}
+
+// claim runs the claim query in the batch's transaction and decodes its rows.
+func (b *batch) claim(ctx context.Context, limit int) error {
+	s := b.store
 	// The retry state's subqueries: attempts, then due.
 	args := []any{s.opts.Source, s.opts.Source}
 	if s.opts.Ordering {
 		args = append(args, s.opts.Source)
 	}
 	args = append(args, limit)
-	rows, err := tx.QueryContext(ctx, s.sql.claim, args...)
+	rows, err := b.tx.QueryContext(ctx, s.sql.claim, args...)
 	if err != nil {
-		_ = tx.Rollback()
-		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+		return err
 	}
-	b := &batch{store: s, tx: tx}
+	defer rows.Close()
+	b.rows = make([]source.Row, 0, limit)
 	for rows.Next() {
 		b.rows = append(b.rows, source.Row{})
-		if err := scanRow(rows, len(s.opts.Layout.Extra), &b.rows[len(b.rows)-1]); err != nil {
-			_ = rows.Close()
-			_ = tx.Rollback()
-			return nil, fmt.Errorf("claim from %s: decode: %w", s.opts.Table, err)
+		if err := scanRow(rows, len(s.opts.Layout.Extra), &b.rows[len(b.rows)-1], &b.claimedAt); err != nil {
+			return fmt.Errorf("decode: %w", err)
 		}
 	}
-	if err := rows.Err(); err != nil {
-		_ = tx.Rollback()
-		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
-	}
-	if len(b.rows) == 0 {
-		if err := tx.Rollback(); err != nil {
-			return nil, fmt.Errorf("claim: rollback: %w", err)
-		}
-		return nil, nil
-	}
-	return b, nil
+	return rows.Err()
+}
+
+// newBatchID returns a random (version 4) UUID.
+func newBatchID() string {
+	var u [16]byte
+	_, _ = rand.Read(u[:])
+	u[6] = u[6]&0x0f | 0x40
+	u[8] = u[8]&0x3f | 0x80
+	h := hex.EncodeToString(u[:])
+	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // RecordStats implements source.Store: one statement reads the backlog and

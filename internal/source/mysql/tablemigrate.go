@@ -1,0 +1,136 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"strings"
+	"testing/fstest"
+
+	gomysql "github.com/go-sql-driver/mysql"
+	"github.com/pressly/goose/v3"
+
+	"github.com/outbox-relay/outbox-relay/migrations/kafkaoutbox"
+)
+
+// plainIdent is what a managed table's database and name must be: its
+// version table and index are named after it, and the migrations look it up
+// in the catalogue by that name.
+var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,41}$`)
+
+// TableMigrator creates and upgrades an outbox table the relay owns (the
+// kafka_outbox table of preset kafka-outbox) in the application's database.
+// Its goose version table sits beside it, named <table>_goose_version, so
+// that the table's history travels with the application's database and not
+// with the relay's. A named lock derived from the table's name keeps
+// replicas from migrating it at once.
+type TableMigrator struct {
+	db    *sql.DB
+	table Table
+	prov  *goose.Provider
+}
+
+// NewTableMigrator opens connections for migrating table t on the server
+// at dsn. t.Schema is the table's database; empty means the one the DSN
+// names.
+func NewTableMigrator(dsn string, t Table) (*TableMigrator, error) {
+	for _, id := range []string{t.Schema, t.Name} {
+		if id != "" && !plainIdent.MatchString(id) {
+			return nil, fmt.Errorf("managed table %s: %q must be a plain lower-case identifier of at most 42 characters", t, id)
+		}
+	}
+	if t.Name == "" {
+		return nil, errors.New("managed table: no name")
+	}
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("parse mysql dsn: %w", err)
+	}
+	if t.Schema != "" {
+		cfg.DBName = t.Schema
+	}
+	if cfg.DBName == "" {
+		return nil, fmt.Errorf("managed table %s: neither the table nor the DSN names a database", t)
+	}
+	schema := cfg.DBName
+	fsys, err := tableMigrations(t.Name)
+	if err != nil {
+		return nil, fmt.Errorf("managed table %s: %w", t, err)
+	}
+	db, err := Open(cfg.FormatDSN())
+	if err != nil {
+		return nil, err
+	}
+	prov, err := goose.NewProvider(goose.DialectMySQL, db, fsys,
+		goose.WithTableName(t.Name+"_goose_version"),
+		goose.WithSessionLocker(namedLocker{name: "outbox-relay table " + schema + "." + t.Name}),
+		goose.WithDisableGlobalRegistry(true),
+	)
+	if err != nil {
+		_ = db.Close()
+		return nil, fmt.Errorf("managed table %s: load migrations: %w", t, err)
+	}
+	return &TableMigrator{db: db, table: Table{Schema: schema, Name: t.Name}, prov: prov}, nil
+}
+
+// tableMigrations fills the placeholders of the embedded migrations for the
+// table named name, in the connection's database.
+func tableMigrations(name string) (fs.FS, error) {
+	src, err := fs.Sub(kafkaoutbox.MySQL, "mysql")
+	if err != nil {
+		return nil, err
+	}
+	files, err := fs.ReadDir(src, ".")
+	if err != nil {
+		return nil, err
+	}
+	r := strings.NewReplacer("{{table}}", QuoteIdent(name), "{{name}}", name)
+	out := fstest.MapFS{}
+	for _, f := range files {
+		b, err := fs.ReadFile(src, f.Name())
+		if err != nil {
+			return nil, err
+		}
+		out[f.Name()] = &fstest.MapFile{Data: []byte(r.Replace(string(b))), Mode: 0o444}
+	}
+	return out, nil
+}
+
+// Close releases the connections.
+func (m *TableMigrator) Close() error { return m.db.Close() }
+
+// Up applies every pending migration of the table. Its database must exist
+// (it is the application's).
+func (m *TableMigrator) Up(ctx context.Context) error {
+	if _, err := m.prov.Up(ctx); err != nil {
+		return fmt.Errorf("migrate managed table %s: %w", m.table, err)
+	}
+	return nil
+}
+
+// Status lists the table's migrations and whether each is applied.
+func (m *TableMigrator) Status(ctx context.Context) ([]MigrationStatus, error) {
+	st, err := m.prov.Status(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("managed table %s: migration status: %w", m.table, err)
+	}
+	out := make([]MigrationStatus, 0, len(st))
+	for _, s := range st {
+		out = append(out, MigrationStatus{Version: s.Source.Version, Name: s.Source.Path, Applied: s.State == goose.StateApplied})
+	}
+	return out, nil
+}
+
+// MigrateTable applies the migrations of the managed table t on the server
+// at dsn (t.Schema empty: the DSN's database).
+func MigrateTable(ctx context.Context, dsn string, t Table) error {
+	m, err := NewTableMigrator(dsn, t)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	return m.Up(ctx)
+}
