@@ -100,6 +100,14 @@ func TestMariaDBPerKeyOrderWithFailures(t *testing.T) {
 		}
 		seen[[2]int{p.Key, p.Seq}] = true
 		if p.Seq != next[p.Key] {
+			for _, q := range recs {
+				var pp struct{ Key, Seq int }
+				_ = json.Unmarshal(q.Value, &pp)
+				if pp.Key == p.Key {
+					id, _ := header(q, "event_id")
+					t.Logf("key %d: seq %d (event %s) at partition %d offset %d, %s", pp.Key, pp.Seq, id, q.Partition, q.Offset, q.Timestamp.Format("15:04:05.000000"))
+				}
+			}
 			t.Fatalf("key %d: event %d arrived before event %d", p.Key, p.Seq, next[p.Key])
 		}
 		next[p.Key]++

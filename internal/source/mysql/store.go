@@ -168,6 +168,11 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	}
 	b := &batch{store: s}
 	var err error
+	// database/sql rolls a transaction back when the context it began with
+	// ends. The claim's context ends when the relay stops claiming, while
+	// the batch still has its shutdown grace to be published and completed:
+	// the transaction lives until Complete or Release, not with ctx.
+	txCtx := context.WithoutCancel(ctx)
 	if s.waitSet != "" {
 		if b.conn, err = s.db.Conn(ctx); err != nil {
 			return nil, fmt.Errorf("claim: connection: %w", err)
@@ -176,9 +181,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 			_ = b.conn.Close()
 			return nil, fmt.Errorf("claim: set the claim timeout: %w", err)
 		}
-		b.tx, err = b.conn.BeginTx(ctx, opts)
+		b.tx, err = b.conn.BeginTx(txCtx, opts)
 	} else {
-		b.tx, err = s.db.BeginTx(ctx, opts)
+		b.tx, err = s.db.BeginTx(txCtx, opts)
 	}
 	if err != nil {
 		b.done()
