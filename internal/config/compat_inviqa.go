@@ -159,7 +159,9 @@ func buildInviqa(environ []string, flags map[string]string) (*Inviqa, problems) 
 	tls, _ := e.boolean(InviqaTLSEnable)
 	skipVerify, _ := e.boolean(InviqaTLSSkipVerifyPeer)
 
-	sk := Sink{Type: "kafka", Compression: "gzip"} // gzip: as the original producer sends
+	// gzip as the original producer sends; sarama's partitioner keeps each
+	// key on the partition the original put it on.
+	sk := Sink{Type: "kafka", Compression: "gzip", Partitioner: "sarama"}
 	sk.Brokers = splitList(e.str(InviqaKafkaHost))
 	if len(sk.Brokers) == 0 {
 		if in.PollingDisabled || in.Job != "" {

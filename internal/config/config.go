@@ -64,8 +64,12 @@ type Sink struct {
 	RecordRetries    int      `yaml:"record_retries"`     // default 10
 	Linger           Duration `yaml:"linger"`             // default 0
 	Compression      string   `yaml:"compression"`        // none|gzip|snappy|lz4|zstd, default none
-	SASL             *SASL    `yaml:"sasl"`
-	TLS              *TLS     `yaml:"tls"`
+	// Partitioner picks a keyed record's partition: murmur2 (the Java
+	// client's, default) or sarama (FNV-1a, sarama's default hash
+	// partitioner, for deployments moving from a sarama-based relay).
+	Partitioner string `yaml:"partitioner"`
+	SASL        *SASL  `yaml:"sasl"`
+	TLS         *TLS   `yaml:"tls"`
 
 	RabbitMQ *rabbitmq.Config `yaml:"rabbitmq"`
 	MQTT     *mqtt.Config     `yaml:"mqtt"`

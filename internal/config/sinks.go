@@ -63,6 +63,7 @@ func (s *Sink) kafkaFields() []string {
 	add(s.RecordRetries != 0, "record_retries")
 	add(s.Linger != 0, "linger")
 	add(s.Compression != "", "compression")
+	add(s.Partitioner != "", "partitioner")
 	add(s.SASL != nil, "sasl")
 	add(s.TLS != nil, "tls")
 	add(s.MaxMessageBytes != 0, "max_message_bytes")

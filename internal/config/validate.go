@@ -109,6 +109,7 @@ func (c *Config) validateSink(ps *problems, name string) {
 		ps.add(p+".linger", "must not be negative, got %s", s.Linger)
 	}
 	oneOf(ps, p+".compression", s.Compression, compressions, true)
+	oneOf(ps, p+".partitioner", s.Partitioner, []string{"murmur2", "sarama"}, false)
 	if a := s.SASL; a != nil {
 		oneOf(ps, p+".sasl.mechanism", a.Mechanism, saslMechanisms, true)
 		if a.Username == "" {

@@ -2,6 +2,7 @@ package kafka
 
 import (
 	"context"
+	"hash/fnv"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 )
@@ -24,11 +25,22 @@ func partitionKey(r *kgo.Record) []byte {
 
 // partitioner is franz-go's sticky key partitioner (murmur2 like the Java
 // client, sticky for records without a key) that hashes a record's partition
-// key, when it has one, instead of its Key.
+// key, when it has one, instead of its Key. With sarama set it hashes as
+// sarama's default partitioner does (FNV-1a), so that a deployment moving
+// from a sarama-based relay keeps each key on its partition.
 type partitioner struct{ inner kgo.Partitioner }
 
-func newPartitioner() kgo.Partitioner {
+func newPartitioner(sarama bool) kgo.Partitioner {
+	if sarama {
+		return partitioner{kgo.StickyKeyPartitioner(kgo.SaramaCompatHasher(fnv1a))}
+	}
 	return partitioner{kgo.StickyKeyPartitioner(nil)}
+}
+
+func fnv1a(b []byte) uint32 {
+	h := fnv.New32a()
+	_, _ = h.Write(b)
+	return h.Sum32()
 }
 
 func (p partitioner) ForTopic(topic string) kgo.TopicPartitioner {

@@ -9,7 +9,7 @@ import (
 
 // BenchmarkPartition is murmur2 partitioning by key and by partition key.
 func BenchmarkPartition(b *testing.B) {
-	tp := newPartitioner().ForTopic("orders")
+	tp := newPartitioner(false).ForTopic("orders")
 	byKey := &kgo.Record{Topic: "orders", Key: []byte("order-4711")}
 	byPartitionKey := &kgo.Record{Topic: "orders", Key: []byte("order-4711"),
 		Context: withPartitionKey(context.Background(), []byte("tenant-42"))}

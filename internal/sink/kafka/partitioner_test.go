@@ -26,7 +26,7 @@ func javaPartition(hash int32, n int) int {
 
 func TestPartitionerMatchesJava(t *testing.T) {
 	t.Parallel()
-	p := newPartitioner().ForTopic("t")
+	p := newPartitioner(false).ForTopic("t")
 	for key, hash := range javaMurmur2 {
 		for _, n := range []int{1, 7, 12, 100} {
 			want := javaPartition(hash, n)
@@ -48,7 +48,7 @@ func TestPartitionerMatchesJava(t *testing.T) {
 
 func TestPartitionerDistinguishesPartitionKey(t *testing.T) {
 	t.Parallel()
-	p := newPartitioner().ForTopic("t")
+	p := newPartitioner(false).ForTopic("t")
 	// With 100 partitions "21" and "foobar" land apart, so a partitioner
 	// that ignored the partition key would be caught.
 	if javaPartition(javaMurmur2["21"], 100) == javaPartition(javaMurmur2["foobar"], 100) {
@@ -67,7 +67,7 @@ func TestPartitionerDistinguishesPartitionKey(t *testing.T) {
 
 func TestPartitionerStickyWithoutKey(t *testing.T) {
 	t.Parallel()
-	p := newPartitioner().ForTopic("t")
+	p := newPartitioner(false).ForTopic("t")
 	r := &kgo.Record{Topic: "t", Context: context.Background()}
 	if p.RequiresConsistency(r) {
 		t.Fatal("record without key: RequiresConsistency true")
@@ -92,5 +92,23 @@ func TestPartitionerStickyWithoutKey(t *testing.T) {
 	}
 	if !moved {
 		t.Fatal("keyless records never left their partition after new batches")
+	}
+}
+
+// TestSaramaPartitioner: with partitioner sarama, keys land where sarama's
+// default hash partitioner puts them (FNV-1a as a signed 32-bit number, its
+// remainder's absolute value). The expected partitions among 50 were
+// computed apart from Go, including keys whose hash is negative as int32.
+func TestSaramaPartitioner(t *testing.T) {
+	p := newPartitioner(true).ForTopic("t")
+	for key, want := range map[string]int{
+		"customer-1":               23,
+		"order-42":                 2,
+		"a-little-bit-long-string": 4, // hash negative as int32
+		"21":                       2, // hash negative as int32
+	} {
+		if got := p.Partition(&kgo.Record{Topic: "t", Key: []byte(key)}, 50); got != want {
+			t.Errorf("key %q: partition %d, want %d", key, got, want)
+		}
 	}
 }

@@ -71,7 +71,7 @@ func settingsFor(cfg config.Sink) (settings, error) {
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(cfg.Brokers...),
 		kgo.ClientID(clientID),
-		kgo.RecordPartitioner(newPartitioner()),
+		kgo.RecordPartitioner(newPartitioner(cfg.Partitioner == "sarama")),
 		kgo.ProducerBatchMaxBytes(int32(maxBytes)),
 		// A batch inherits the deadline of its first record, which may
 		// have lingered.
