@@ -49,11 +49,11 @@ type Grants struct {
 // its layout needs.
 func (a *App) CheckGrants(ctx context.Context, s *Source) (Grants, error) {
 	if s.MySQL != nil {
-		need := mysql.NeededPrivileges(s.Layout)
-		p, err := mysql.CheckPrivileges(ctx, s.MySQL.DB, s.MySQL.Table, need, mysql.UpdatedColumns(s.Layout)...)
+		need := s.Layout.NeededPrivileges()
+		p, err := mysql.CheckPrivileges(ctx, s.MySQL.DB, s.MySQL.Table, need, s.Layout.UpdatedColumns()...)
 		return Grants{Need: need, Missing: p.Missing, Extra: p.Extra}, err
 	}
-	need := postgres.NeededPrivileges(s.Layout)
-	p, err := postgres.CheckPrivileges(ctx, s.Pool, s.Table, need, postgres.UpdatedColumns(s.Layout)...)
+	need := s.Layout.NeededPrivileges()
+	p, err := postgres.CheckPrivileges(ctx, s.Pool, s.Table, need, s.Layout.UpdatedColumns()...)
 	return Grants{Need: need, Missing: p.Missing, Extra: p.Extra}, err
 }

@@ -5,8 +5,6 @@ import (
 	"database/sql"
 	"fmt"
 	"slices"
-
-	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
 // Privileges is what the relay's user may do on a table, against what the
@@ -15,33 +13,6 @@ type Privileges struct {
 	Table   Table
 	Missing []string // needed, not granted
 	Extra   []string // granted, not needed
-}
-
-// NeededPrivileges lists what a layout needs on its outbox table: SELECT
-// always; UPDATE to mark rows (or keep retry columns); DELETE only when the
-// layout deletes delivered rows.
-func NeededPrivileges(l *layout.Layout) []string {
-	need := []string{"SELECT"}
-	if l.Mode != "delete" || l.RetryCount != "" || l.Error != "" {
-		need = append(need, "UPDATE")
-	}
-	if l.Mode == "delete" {
-		need = append(need, "DELETE")
-	}
-	return need
-}
-
-// UpdatedColumns lists the columns of the outbox table that the relay
-// writes (marking rows published or dead, keeping retry columns, and
-// putting rows back on replay).
-func UpdatedColumns(l *layout.Layout) []string {
-	var cols []string
-	for _, c := range []string{l.Flag, l.PublishedAt, l.Status, l.RetryCount, l.Error, l.Errored.Name, l.BatchID.Name, l.ClaimedAt.Name} {
-		if c != "" && !slices.Contains(cols, c) {
-			cols = append(cols, c)
-		}
-	}
-	return cols
 }
 
 // grantee is the current user as information_schema's GRANTEE spells it.
@@ -107,7 +78,7 @@ func (t Table) schemaOrCurrent(ctx context.Context, db *sql.DB) (string, error) 
 }
 
 // CheckPrivileges compares the current user's grants on t with need.
-// UPDATE granted on each of updateCols (see UpdatedColumns) counts as
+// UPDATE granted on each of updateCols (see layout.Layout.UpdatedColumns) counts as
 // UPDATE: column grants are enough for the relay. INSERT and UPDATE granted
 // on any column count as granted when they are not needed.
 func CheckPrivileges(ctx context.Context, db *sql.DB, t Table, need []string, updateCols ...string) (Privileges, error) {

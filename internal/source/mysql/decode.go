@@ -74,49 +74,9 @@ func scanRow(rows *sql.Rows, extra int, r *source.Row, claimedAt *time.Time) err
 
 // fillRow copies the raw text and byte columns of one claimed row into r.
 func fillRow(raw []sql.RawBytes, r *source.Row) {
-	byteCols := [...]int{colPayload, colKey, colPartitionKey, colHeaders}
-	strCols := [...]int{colID, colTopic, colOrderKey, colEventType, colAggregateType, colAggregateID}
-	nb, ns := 0, 0
-	for _, c := range byteCols {
-		nb += len(raw[c])
-	}
-	for _, c := range strCols {
-		ns += len(raw[c])
-	}
-	buf := make([]byte, 0, nb)
-	take := func(c int) []byte {
-		if raw[c] == nil {
-			return nil
-		}
-		start := len(buf)
-		buf = append(buf, raw[c]...)
-		return buf[start:len(buf):len(buf)]
-	}
-	r.Payload = take(colPayload)
-	if r.Payload == nil {
-		r.Payload = []byte{}
-	}
-	r.Key = take(colKey)
-	if pk := take(colPartitionKey); len(pk) > 0 {
-		r.PartitionKey = pk
-	}
-	r.Headers = take(colHeaders)
-
-	sb := make([]byte, 0, ns)
-	for _, c := range strCols {
-		sb = append(sb, raw[c]...)
-	}
-	all := string(sb)
-	off := 0
-	str := func(c int) string {
-		s := all[off : off+len(raw[c])]
-		off += len(raw[c])
-		return s
-	}
-	r.ID = str(colID)
-	if topic := str(colTopic); topic != "" {
-		r.Topic, r.TopicOK = topic, true
-	}
-	r.OrderKey = str(colOrderKey)
-	r.EventType, r.AggregateType, r.AggregateID = str(colEventType), str(colAggregateType), str(colAggregateID)
+	r.Fill(source.RawFields{
+		ID: raw[colID], Payload: raw[colPayload], Topic: raw[colTopic], Key: raw[colKey],
+		PartitionKey: raw[colPartitionKey], OrderKey: raw[colOrderKey], Headers: raw[colHeaders],
+		EventType: raw[colEventType], AggregateType: raw[colAggregateType], AggregateID: raw[colAggregateID],
+	})
 }

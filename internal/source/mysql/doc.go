@@ -27,6 +27,6 @@
 //   - NewLeases: one owner per source across replicas; share one per
 //     server and owner (it holds a connection for the owner's liveness).
 //   - ListFailed and Store.Replay: the dead-letter list and its replay.
-//   - CheckPrivileges, NeededPrivileges, UpdatedColumns and
+//   - CheckPrivileges (with layout.Layout.NeededPrivileges and UpdatedColumns) and
 //     CheckRelayDatabase: what the relay's user lacks.
 package mysql

@@ -171,11 +171,11 @@ func TestPrivilegeCheck(t *testing.T) {
 	mytest.Exec(t, admin, "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw'")
 	t.Cleanup(func() { _, _ = admin.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
 	_, l := e.store(t, e.db, "priv", "outbox", "published-flag", config.Layout{}, false)
-	need := mysql.NeededPrivileges(l)
+	need := l.NeededPrivileges()
 	if !slicesEqual(need, []string{"SELECT", "UPDATE"}) {
 		t.Fatalf("needed %v", need)
 	}
-	cols := mysql.UpdatedColumns(l)
+	cols := l.UpdatedColumns()
 	tbl := mysql.Table{Schema: e.appDB, Name: "outbox"}
 	udb, err := mysql.Open(mytest.WithUser(t, e.dsn, user, "pw"))
 	if err != nil {

@@ -9,8 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
 // Privileges is what the relay's role may do on a table, against what the
@@ -21,39 +19,12 @@ type Privileges struct {
 	Extra   []string // granted, not needed
 }
 
-// NeededPrivileges lists what a layout needs on its outbox table: SELECT
-// always; UPDATE to mark rows (or keep retry columns); DELETE only when the
-// layout deletes delivered rows.
-func NeededPrivileges(l *layout.Layout) []string {
-	need := []string{"SELECT"}
-	if l.Mode != "delete" || l.RetryCount != "" || l.Error != "" {
-		need = append(need, "UPDATE")
-	}
-	if l.Mode == "delete" {
-		need = append(need, "DELETE")
-	}
-	return need
-}
-
-// UpdatedColumns lists the columns of the outbox table that the relay writes
-// (marking rows published or dead, keeping retry columns, and putting rows
-// back on replay).
-func UpdatedColumns(l *layout.Layout) []string {
-	var cols []string
-	for _, c := range []string{l.Flag, l.PublishedAt, l.Status, l.RetryCount, l.Error, l.Errored.Name, l.BatchID.Name, l.ClaimedAt.Name} {
-		if c != "" && !slices.Contains(cols, c) {
-			cols = append(cols, c)
-		}
-	}
-	return cols
-}
-
 // CheckPrivileges compares the current role's grants on t with need.
 //
 // The table is looked up by OID, so that a role without USAGE on the
 // table's schema is reported as missing "USAGE on schema ..." rather than
 // making the check itself fail. UPDATE granted on each of updateCols (see
-// UpdatedColumns) counts as UPDATE: column-level grants are enough for the
+// layout.Layout.UpdatedColumns) counts as UPDATE: column-level grants are enough for the
 // relay. INSERT and UPDATE granted on any column count as granted when they
 // are not needed.
 func CheckPrivileges(ctx context.Context, pool *pgxpool.Pool, t Table, need []string, updateCols ...string) (Privileges, error) {

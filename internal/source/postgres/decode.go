@@ -50,51 +50,11 @@ func decodeRow(vals [][]byte, fds []pgconn.FieldDescription, r *source.Row) erro
 			}
 		}
 	}
-	byteCols := [...]int{colPayload, colKey, colPartitionKey, colHeaders}
-	strCols := [...]int{colID, colTopic, colOrderKey, colEventType, colAggregateType, colAggregateID}
-	nb, ns := 0, 0
-	for _, c := range byteCols {
-		nb += len(vals[c])
-	}
-	for _, c := range strCols {
-		ns += len(vals[c])
-	}
-	buf := make([]byte, 0, nb)
-	take := func(c int) []byte {
-		if vals[c] == nil {
-			return nil
-		}
-		start := len(buf)
-		buf = append(buf, vals[c]...)
-		return buf[start:len(buf):len(buf)]
-	}
-	r.Payload = take(colPayload)
-	if r.Payload == nil {
-		r.Payload = []byte{}
-	}
-	r.Key = take(colKey)
-	if pk := take(colPartitionKey); len(pk) > 0 {
-		r.PartitionKey = pk
-	}
-	r.Headers = take(colHeaders)
-
-	sb := make([]byte, 0, ns)
-	for _, c := range strCols {
-		sb = append(sb, vals[c]...)
-	}
-	all := string(sb)
-	off := 0
-	str := func(c int) string {
-		s := all[off : off+len(vals[c])]
-		off += len(vals[c])
-		return s
-	}
-	r.ID = str(colID)
-	if topic := str(colTopic); topic != "" {
-		r.Topic, r.TopicOK = topic, true
-	}
-	r.OrderKey = str(colOrderKey)
-	r.EventType, r.AggregateType, r.AggregateID = str(colEventType), str(colAggregateType), str(colAggregateID)
+	r.Fill(source.RawFields{
+		ID: vals[colID], Payload: vals[colPayload], Topic: vals[colTopic], Key: vals[colKey],
+		PartitionKey: vals[colPartitionKey], OrderKey: vals[colOrderKey], Headers: vals[colHeaders],
+		EventType: vals[colEventType], AggregateType: vals[colAggregateType], AggregateID: vals[colAggregateID],
+	})
 
 	if v := vals[colCreatedAt]; v != nil {
 		t, err := decodeTimestamptz(v, fds[colCreatedAt].Format)
