@@ -285,28 +285,38 @@ func (r *purger) batch(ctx context.Context, sw sweep, cursor *string) (batchResu
 		return b, nil
 	}
 
+	// One statement a key, to lock and to delete: a lookup by the key,
+	// whatever the table's size. Given a list of keys, the planner may
+	// scan a small table instead, even with FORCE INDEX: a locking read
+	// would then lock every row it passes for a moment, pending ones
+	// included, and a delete would wait for every row another transaction
+	// holds.
+	lock := fmt.Sprintf(sw.lock, placeholders(1, sw.lockWrap))
 	var locked []string
-	err = scanKeys(ctx, tx, fmt.Sprintf(sw.lock, placeholders(len(keys), sw.lockWrap)), keyArgs(append([]any(nil), sw.lockArgs...), keys),
-		func(k string) { locked = append(locked, k) })
-	if err != nil {
-		return b, fmt.Errorf("lock: %w", err)
+	for _, k := range keys {
+		err := scanKeys(ctx, tx, lock, append(append([]any(nil), sw.lockArgs...), k), func(k string) { locked = append(locked, k) })
+		if err != nil {
+			return b, fmt.Errorf("lock: %w", err)
+		}
 	}
 	if len(locked) == 0 {
 		return b, nil
 	}
-	for i, stmt := range sw.deletes {
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(stmt, placeholders(len(locked), sw.delWrap)), keyArgs(append([]any(nil), sw.delArgs...), locked)...)
-		if err != nil {
-			return b, fmt.Errorf("delete: %w", err)
-		}
-		n, err := res.RowsAffected()
-		if err != nil {
-			return b, fmt.Errorf("delete: %w", err)
-		}
-		if i == 0 {
-			b.deleted = n
-		} else {
-			b.beside += n
+	for _, k := range locked {
+		for i, stmt := range sw.deletes {
+			res, err := tx.ExecContext(ctx, stmt, append(append([]any(nil), sw.delArgs...), k)...)
+			if err != nil {
+				return b, fmt.Errorf("delete: %w", err)
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return b, fmt.Errorf("delete: %w", err)
+			}
+			if i == 0 {
+				b.deleted += n
+			} else {
+				b.beside += n
+			}
 		}
 	}
 	for _, k := range locked {

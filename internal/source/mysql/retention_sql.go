@@ -104,11 +104,11 @@ ORDER BY s.INDEX_NAME = 'PRIMARY' AND NOT EXISTS (SELECT 1 FROM information_sche
 
 // sweep is one kind of row to delete in batches. Each batch first finds up
 // to n candidates after the cursor with a plain (locking nothing) read,
-// then locks those still to delete by their key, skipping any another
-// transaction holds, and deletes what it locked. A locking read that went
-// through the table by its conditions would lock every row it passed over
-// for a moment, pending ones included, and a claim would then skip a due
-// row.
+// then locks each one still to delete by its key, skipping any another
+// transaction holds, and deletes what it locked, key by key. A locking read
+// that went through the table by its conditions would lock every row it
+// passed over for a moment, pending ones included, and a claim would then
+// skip a due row.
 type sweep struct {
 	// find returns the candidates' keys (as text) in key order, with
 	// whether each is a dead letter; it takes args, the cursor when there
@@ -116,14 +116,15 @@ type sweep struct {
 	find      string
 	findAfter string
 	args      []any
-	// lock takes args, then the candidates' keys (lockList wraps each
-	// placeholder), and returns those it locked.
+	// lock takes lockArgs, then one candidate's key (lockWrap wraps its
+	// placeholder), and returns it if it locked it.
 	lock     string
 	lockArgs []any
 	lockWrap string
-	// deletes run in order on the locked keys (keyWrap wraps each
-	// placeholder); the first's rows affected are the rows deleted, the
-	// others' rows deleted beside them.
+	// deletes run in order on each locked key, the last argument after
+	// delArgs; the first's rows affected are the rows deleted, the
+	// others' rows deleted beside them. delWrap wraps each placeholder of
+	// besideOf.
 	deletes  []string
 	delArgs  []any
 	delWrap  string
@@ -181,7 +182,7 @@ WHERE ` + lockWhere + ` AND ` + old + ` AND ` + id + ` IN (%s)
 FOR UPDATE SKIP LOCKED`,
 		lockArgs: []any{ageMicros},
 		lockWrap: wrap,
-		deletes:  []string{"DELETE FROM " + table + " WHERE " + QuoteIdent(l.ID.Name) + " IN (%s)"},
+		deletes:  []string{"DELETE FROM " + table + " WHERE " + QuoteIdent(l.ID.Name) + " = " + idValueSQL(l, "?")},
 		delWrap:  wrap,
 	}, nil
 }
@@ -214,8 +215,8 @@ FOR UPDATE SKIP LOCKED`,
 		lockArgs: []any{ageMicros},
 		lockWrap: "CAST(%s AS UNSIGNED)",
 		deletes: []string{
-			"DELETE FROM " + rs + ".failed_events WHERE id IN (%s)",
-			"DELETE FROM " + rs + ".failed_event_audit WHERE failed_event_id IN (%s)",
+			"DELETE FROM " + rs + ".failed_events WHERE id = CAST(? AS UNSIGNED)",
+			"DELETE FROM " + rs + ".failed_event_audit WHERE failed_event_id = CAST(? AS UNSIGNED)",
 		},
 		delWrap:  "CAST(%s AS UNSIGNED)",
 		besideOf: "SELECT COUNT(*) FROM " + rs + ".failed_event_audit WHERE failed_event_id IN (%s)",
@@ -248,7 +249,7 @@ WHERE r.source = ? AND r.event_id IN (%s)
 FOR UPDATE SKIP LOCKED`,
 		lockArgs: []any{source},
 		lockWrap: "%s",
-		deletes:  []string{"DELETE FROM " + rs + ".retry_state WHERE source = ? AND event_id IN (%s)"},
+		deletes:  []string{"DELETE FROM " + rs + ".retry_state WHERE source = ? AND event_id = ?"},
 		delArgs:  []any{source},
 		delWrap:  "%s",
 		keep: func(ctx context.Context, q querier, keys []string) (map[string]bool, error) {
