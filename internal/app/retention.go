@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
@@ -18,7 +19,7 @@ const retentionPause = 50 * time.Millisecond
 func (a *App) startRetention(ctx context.Context, s *Source) <-chan struct{} {
 	done := make(chan struct{})
 	r := s.Config.Retention
-	if r == nil || s.MySQL != nil { // config validation refuses it on MySQL
+	if r == nil {
 		close(done)
 		return done
 	}
@@ -31,14 +32,11 @@ func (a *App) startRetention(ctx context.Context, s *Source) <-chan struct{} {
 		}
 		for {
 			start := time.Now()
-			res, err := postgres.Purge(ctx, s.Pool, postgres.PurgeParams{
-				Source: s.Name, Table: s.Table, RelaySchema: a.cfg.RelaySchema, Layout: s.Layout,
-				OlderThan: r.OlderThan.D(), IncludeDead: r.IncludeDead, Pause: retentionPause,
-			})
+			res, err := a.purge(ctx, s, r.OlderThan.D(), r.IncludeDead)
 			switch {
 			case ctx.Err() != nil:
 				return
-			case errors.Is(err, postgres.ErrNoPrivilege):
+			case errors.Is(err, postgres.ErrNoPrivilege), errors.Is(err, mysql.ErrNoPrivilege):
 				log.Warn("retention: the relay's role may not delete from the table; grant it DELETE or run the retention command with another role", "err", err)
 			case err != nil:
 				log.Warn("retention failed", "err", err)
@@ -54,4 +52,20 @@ func (a *App) startRetention(ctx context.Context, s *Source) <-chan struct{} {
 		}
 	}()
 	return done
+}
+
+// purge runs one retention pass over a source, by its database's driver.
+func (a *App) purge(ctx context.Context, s *Source, olderThan time.Duration, includeDead bool) (postgres.PurgeResult, error) {
+	if s.MySQL != nil {
+		res, err := mysql.Purge(ctx, s.MySQL.DB, mysql.PurgeParams{
+			Source: s.Name, Table: s.MySQL.Table, RelayDatabase: a.cfg.RelaySchema, Layout: s.Layout,
+			OlderThan: olderThan, IncludeDead: includeDead, Pause: retentionPause,
+		})
+		return postgres.PurgeResult{Published: res.Published, Dead: res.Dead, FailedEvents: res.FailedEvents, Audit: res.Audit,
+			RetryState: res.RetryState, Batches: res.Batches, KeptByLayout: res.KeptByLayout}, err
+	}
+	return postgres.Purge(ctx, s.Pool, postgres.PurgeParams{
+		Source: s.Name, Table: s.Table, RelaySchema: a.cfg.RelaySchema, Layout: s.Layout,
+		OlderThan: olderThan, IncludeDead: includeDead, Pause: retentionPause,
+	})
 }

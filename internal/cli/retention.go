@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
@@ -44,9 +45,13 @@ type retentionCounts struct {
 // optimizeReport is a table before and after it was optimized.
 type optimizeReport struct {
 	SizeBefore, SizeAfter int64
-	DeadBefore, DeadAfter int64
+	DeadBefore, DeadAfter int64 // PostgreSQL's dead tuples
 	Live                  int64
 	Took                  time.Duration
+	// Rebuilt is set for a table rebuilt (MySQL's OPTIMIZE TABLE), with
+	// its unused space before and after instead of dead tuples.
+	Rebuilt               bool
+	FreeBefore, FreeAfter int64
 }
 
 // retentionFor returns the retention target of a source, by its database's
@@ -54,7 +59,7 @@ type optimizeReport struct {
 func retentionFor(cfg *config.Config, s *app.Source) (retentionTarget, error) {
 	switch d := cfg.Databases[s.Config.Database].Driver; {
 	case s.MySQL != nil:
-		return nil, errors.New("retention is not available for MySQL databases yet")
+		return &myRetention{src: s, relayDB: cfg.RelaySchema}, nil
 	case d == "" || d == "postgres":
 		return &pgRetention{src: s, relaySchema: cfg.RelaySchema}, nil
 	default:
@@ -92,6 +97,28 @@ func (p *pgRetention) Optimize(ctx context.Context) (optimizeReport, error) {
 		DeadBefore: res.Before.DeadTuples, DeadAfter: res.After.DeadTuples, Live: res.After.LiveTuples, Took: res.Took}, err
 }
 
+// myRetention is the MySQL and MariaDB retention target.
+type myRetention struct {
+	src     *app.Source
+	relayDB string
+}
+
+func (m *myRetention) Purge(ctx context.Context, r retentionRequest) (retentionCounts, error) {
+	res, err := mysql.Purge(ctx, m.src.MySQL.DB, mysql.PurgeParams{
+		Source: m.src.Name, Table: m.src.MySQL.Table, RelayDatabase: m.relayDB, Layout: m.src.Layout,
+		OlderThan: r.OlderThan, IncludeDead: r.IncludeDead, DryRun: r.DryRun,
+		BatchSize: r.BatchSize, Pause: r.Pause, LockTimeout: r.LockTimeout,
+	})
+	return retentionCounts{Published: res.Published, Dead: res.Dead, FailedEvents: res.FailedEvents, Audit: res.Audit,
+		RetryState: res.RetryState, Batches: res.Batches, KeptByLayout: res.KeptByLayout}, err
+}
+
+func (m *myRetention) Optimize(ctx context.Context) (optimizeReport, error) {
+	res, err := mysql.Optimize(ctx, m.src.MySQL.DB, m.src.MySQL.Table)
+	return optimizeReport{SizeBefore: res.Before.Total(), SizeAfter: res.After.Total(), Live: res.After.Rows, Took: res.Took,
+		Rebuilt: true, FreeBefore: res.Before.FreeBytes, FreeAfter: res.After.FreeBytes}, err
+}
+
 func newRetention(g *globals) *cobra.Command {
 	var (
 		r       retentionRequest
@@ -114,7 +141,11 @@ with their audit rows, and retry state of events no longer in the table.
 Each batch of at most --batch-size rows is one short transaction that skips
 rows another transaction holds and waits at most --lock-timeout for a lock,
 with --pause between batches, so it is safe to run while the relay runs. The
-role needs DELETE on the outbox tables (the relay itself does not).
+role needs DELETE on the outbox tables (the relay itself does not). On MySQL
+and MariaDB each batch finds its rows with a plain read, then locks and
+deletes them one by one by the primary key (the index the relay's claims read
+by); the lock timeout is innodb_lock_wait_timeout and lock_wait_timeout,
+in whole seconds.
 It prints one line per source and exits non-zero if any source failed.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -147,13 +178,23 @@ func newOptimize(g *globals) *cobra.Command {
 	var only string
 	cmd := &cobra.Command{
 		Use:   "optimize",
-		Short: "Vacuum and analyze every source's table, and report its size",
-		Long: `optimize runs VACUUM (ANALYZE) on every source's table: the space of deleted
-rows becomes reusable, empty pages at the end are given back, and the planner's
-statistics are refreshed. It blocks neither reads nor writes, so it is safe
-while the relay runs; it does not rewrite the table (VACUUM FULL or pg_repack
-do, with their own locks). The role must own the table (or the database).
-It prints the size and dead tuples before and after, one line per source.`,
+		Short: "Vacuum (PostgreSQL) or rebuild (MySQL) every source's table, and report its size",
+		Long: `optimize runs VACUUM (ANALYZE) on every PostgreSQL source's table: the space
+of deleted rows becomes reusable, empty pages at the end are given back, and the
+planner's statistics are refreshed. It blocks neither reads nor writes, so it is
+safe while the relay runs; it does not rewrite the table (VACUUM FULL or
+pg_repack do, with their own locks). The role must own the table (or the
+database). It prints the size and dead tuples before and after.
+
+On MySQL and MariaDB it runs OPTIMIZE TABLE, which InnoDB carries out as an
+online rebuild and analyze: the space of deleted rows is given back. Reads and
+writes go on during the rebuild, but it takes a brief exclusive metadata lock
+at its start and end, which waits for open transactions on the table (a batch
+in flight) and holds new statements back meanwhile; run it when the table is
+quiet. The user needs SELECT and INSERT on the table. It prints the size and
+free space before and after, from information_schema.TABLES.
+
+One line per source.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return forEachSource(cmd, g, only, func(ctx context.Context, s *app.Source, t retentionTarget) error {
@@ -161,6 +202,12 @@ It prints the size and dead tuples before and after, one line per source.`,
 				if err != nil {
 					fmt.Fprintf(g.stdout, "%s (%s): FAILED: %v\n", s.Name, tableOf(s), err)
 					return err
+				}
+				if rep.Rebuilt {
+					fmt.Fprintf(g.stdout, "%s (%s): rebuilt and analyzed in %s; size %s -> %s; free space %s -> %s; rows about %d\n",
+						s.Name, tableOf(s), rep.Took.Round(time.Millisecond), bytesize(rep.SizeBefore), bytesize(rep.SizeAfter),
+						bytesize(rep.FreeBefore), bytesize(rep.FreeAfter), rep.Live)
+					return nil
 				}
 				fmt.Fprintf(g.stdout, "%s (%s): vacuumed and analyzed in %s; size %s -> %s; dead tuples %d -> %d; live tuples %d\n",
 					s.Name, tableOf(s), rep.Took.Round(time.Millisecond), bytesize(rep.SizeBefore), bytesize(rep.SizeAfter),

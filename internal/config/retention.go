@@ -31,9 +31,6 @@ func (c *Config) validateRetention(ps *problems, p string, s *Source) {
 	if r == nil {
 		return
 	}
-	if db, ok := c.Databases[s.Database]; ok && db.Driver == "mysql" {
-		ps.add(p, "not available for MySQL databases yet (run the retention command against PostgreSQL sources only)")
-	}
 	if r.OlderThan <= 0 {
 		ps.add(p+".older_than", "required: how long ago a row must have been settled to be deleted, e.g. 168h")
 	}
