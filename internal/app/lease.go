@@ -19,6 +19,12 @@ type leaseStore interface {
 	WaitForOwner(ctx context.Context, owner string) error
 }
 
+// settler is a store that can wait, after a hand-over, until the previous
+// owner's claims are over (see mysql.Store.Settle).
+type settler interface {
+	Settle(ctx context.Context, n int, timeout time.Duration) error
+}
+
 // leasesFor returns the lease table of the source's database.
 func (a *App) leasesFor(s *Source) leaseStore {
 	if s.MySQL != nil {
@@ -59,6 +65,14 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 				log.Warn("previous owner still has transactions open; going ahead", "err", err)
 			}
 			cancel()
+			if st, ok := s.Store.(settler); ok {
+				// The rows the previous owner's batches may still hold are
+				// the first few batches' worth of pending rows.
+				n := max(s.Config.BatchSize, 1) * max(s.Config.Pipeline, 1) * 2
+				if err := st.Settle(ctx, n, ttl); err != nil && ctx.Err() == nil {
+					log.Warn("rows of the previous owner still locked; going ahead", "err", err)
+				}
+			}
 		}
 		w := build()
 		r.set(w)

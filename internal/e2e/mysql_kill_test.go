@@ -206,6 +206,17 @@ sources:
 			t.Fatal(err)
 		}
 		if prev, ok := lastSeq[v.Key]; ok && v.Seq < prev {
+			for _, q := range recs {
+				var w struct {
+					Key string `json:"key"`
+					Seq int    `json:"seq"`
+				}
+				_ = json.Unmarshal(q.Value, &w)
+				if w.Key == v.Key && w.Seq >= prev-6 {
+					qid, _ := header(q, "event_id")
+					t.Logf("key %s: seq %d (event %s) partition %d offset %d producer %d", w.Key, w.Seq, qid, q.Partition, q.Offset, q.ProducerID)
+				}
+			}
 			t.Fatalf("key %s: seq %d first arrived after seq %d", v.Key, v.Seq, prev)
 		}
 		lastSeq[v.Key] = v.Seq

@@ -22,6 +22,7 @@ const maxOrderKeyLen = 500
 // of ids are appended at run time (see inList).
 type statements struct {
 	claim         string // ? source [, ? source], ? limit
+	settle        string // ? limit: the first pending rows, locked without skipping
 	ackSets       string // SET list for a published row (not in delete mode); ? batch id, ? claim time when ackClaim
 	ackClaim      bool   // the layout records the claim (state.batch_id, state.claimed_at) on delivery
 	deadSets      string // SET list for a dead-lettered row (not in delete mode)
@@ -253,6 +254,9 @@ WHERE %s
 ORDER BY %s
 LIMIT ?
 FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, force, strings.Join(where, "\n  AND "), orderBy)
+
+	s.settle = fmt.Sprintf("SELECT 1 FROM %s o%s WHERE %s ORDER BY %s LIMIT ? FOR UPDATE", table, force,
+		pendingPredicate(l, "o"), orderBy)
 
 	setPublished, setDead, setPending := stateSets(l)
 	s.ackSets = setPublished

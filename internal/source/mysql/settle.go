@@ -1,0 +1,56 @@
+package mysql
+
+import (
+	"context"
+	"database/sql/driver"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Settle waits until no other transaction holds any of the first n pending
+// rows, for at most timeout. A relay taking a source over calls it before
+// its first claim: the previous owner's claims must be over, or the first
+// claim would skip the rows they hold and publish later rows of their keys
+// first.
+//
+// Leases.WaitForOwner finds the previous owner's transactions, but a
+// process that died leaves its connections to the server's cleanup, which
+// frees a connection's named locks (how its transactions are told apart)
+// before it has rolled its transaction back; and the transaction list it
+// reads is a cache refreshed ten times a second. A locking read that waits
+// is exact: it returns once every row it reaches is free.
+func (s *Store) Settle(ctx context.Context, n int, timeout time.Duration) error {
+	if s.invalid != nil {
+		return s.invalid
+	}
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("settle %s: %w", s.opts.Table, err)
+	}
+	// The connection's lock wait timeout is changed for this read: it is
+	// dropped afterwards rather than handed back to the pool.
+	defer func() {
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		_ = conn.Close()
+	}()
+	secs := max(1, int(math.Ceil(timeout.Seconds())))
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("SET SESSION innodb_lock_wait_timeout = %d", secs)); err != nil {
+		return fmt.Errorf("settle %s: %w", s.opts.Table, err)
+	}
+	tx, err := conn.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("settle %s: %w", s.opts.Table, err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	rows, err := tx.QueryContext(ctx, s.sql.settle, n)
+	if err != nil {
+		return fmt.Errorf("settle %s: wait for the rows other transactions hold: %w", s.opts.Table, err)
+	}
+	for rows.Next() {
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("settle %s: %w", s.opts.Table, err)
+	}
+	return rows.Close()
+}
