@@ -20,6 +20,10 @@
 //     Options.ClaimTimeout is the source's claim timeout: another relay's
 //     unfinished claims (state.batch_id) older than it are taken back, and
 //     it wins over the pool's wait_timeout for this store's claims.
+//     Options.ClaimIndex (from ClaimIndex) is the index every claim reads
+//     the table by.
+//   - Store.Settle: after taking a source over, wait until the previous
+//     owner's claims are over.
 //   - MigrateTable / NewTableMigrator: the relay-owned kafka_outbox table
 //     in the application's database, with its own version table.
 //   - NewMigrator: the relay database's migrations (goose, up, down,
@@ -27,6 +31,7 @@
 //   - NewLeases: one owner per source across replicas; share one per
 //     server and owner (it holds a connection for the owner's liveness).
 //   - ListFailed and Store.Replay: the dead-letter list and its replay.
-//   - CheckPrivileges (with layout.Layout.NeededPrivileges and UpdatedColumns) and
-//     CheckRelayDatabase: what the relay's user lacks.
+//   - CheckPrivileges (with layout.Layout.NeededPrivileges and
+//     UpdatedColumns) and CheckRelayDatabase: what the relay's user lacks.
+//   - Purge and Optimize: retention of delivered rows and OPTIMIZE TABLE.
 package mysql
