@@ -32,7 +32,11 @@ const topic = "bench"
 
 // Options describe a benchmark run.
 type Options struct {
-	DSN          string
+	DSN string
+	// Driver is the database the run measures: postgres (DSN, the
+	// default) or mysql (MySQLDSN: MySQL or MariaDB; drain and keys).
+	Driver       string
+	MySQLDSN     string
 	Workload     string // drain, steady, sparse
 	Rows         int
 	Keys         int
@@ -65,14 +69,19 @@ type Options struct {
 
 // Measure is one side of a comparison.
 type Measure struct {
-	Events           int     `json:"events"`
-	Seconds          float64 `json:"seconds"`
-	EventsPerSec     float64 `json:"events_per_sec"`
-	CPUMsPer1k       float64 `json:"relay_cpu_ms_per_1k_events"`
-	PostgresCPUMs1k  float64 `json:"postgres_cpu_ms_per_1k_events"`
+	Events          int     `json:"events"`
+	Seconds         float64 `json:"seconds"`
+	EventsPerSec    float64 `json:"events_per_sec"`
+	CPUMsPer1k      float64 `json:"relay_cpu_ms_per_1k_events"`
+	PostgresCPUMs1k float64 `json:"postgres_cpu_ms_per_1k_events,omitempty"`
+	// MariaDBCPUMs1k is the mariadbd process's CPU (--driver mysql).
+	MariaDBCPUMs1k   float64 `json:"mariadb_cpu_ms_per_1k_events,omitempty"`
 	BrokerCPUMs1k    float64 `json:"broker_cpu_ms_per_1k_events"`
 	WALBytesPerEvent float64 `json:"wal_bytes_per_event"`
-	XactsPerEvent    float64 `json:"transactions_per_event"`
+	// RedoBytesPerEvent is InnoDB's redo log written (--driver mysql;
+	// server-wide, so other clients' writes count too).
+	RedoBytesPerEvent float64 `json:"redo_bytes_per_event,omitempty"`
+	XactsPerEvent     float64 `json:"transactions_per_event"`
 	// StmtsPerEvent counts the statements the relay's connections sent
 	// (BEGIN and COMMIT included), per event.
 	StmtsPerEvent   float64 `json:"statements_per_event"`
@@ -82,6 +91,7 @@ type Measure struct {
 // Result is one workload in one layout and ordering mode.
 type Result struct {
 	Workload     string  `json:"workload"`
+	Driver       string  `json:"driver"` // postgres or mysql
 	Layout       string  `json:"layout"`
 	Ordering     bool    `json:"ordering"`
 	Rows         int     `json:"rows"`
@@ -127,6 +137,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Sink != "kafka" && o.Workload != "drain" {
 		return nil, fmt.Errorf("workload %s publishes to Kafka only; --sink %s applies to drain", o.Workload, o.Sink)
 	}
+	switch o.Driver {
+	case "", "postgres":
+	case "mysql":
+		if o.Workload != "drain" && o.Workload != "keys" {
+			return nil, fmt.Errorf("workload %s runs on PostgreSQL only; --driver mysql has drain and keys", o.Workload)
+		}
+		return runMySQL(ctx, o)
+	default:
+		return nil, fmt.Errorf("unknown driver %q (have: postgres, mysql)", o.Driver)
+	}
 	dsn, dropDB, err := ownDatabase(ctx, o.DSN)
 	if err != nil {
 		return nil, err
@@ -142,26 +162,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("connect: %w", err)
 	}
 	defer pool.Close()
-	k := kafkaEnv{brokers: o.Brokers, note: "Kafka cluster at " + strings.Join(o.Brokers, ",")}
-	switch {
-	case o.Sink != "kafka":
-	case len(k.brokers) > 0:
-	case o.InProcessBroker:
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.Partitions), topic))
-		if err != nil {
-			return nil, fmt.Errorf("start in-process Kafka: %w", err)
-		}
-		defer c.Close()
-		k.brokers = c.ListenAddrs()
-		k.note = "in-memory Kafka broker (kfake) in the same process as the relay: its CPU is counted in the relay's"
-	default:
-		if k.br, err = startBroker(o.Partitions); err != nil {
-			return nil, err
-		}
-		defer k.br.stop()
-		k.brokers = []string{k.br.addr}
-		k.note = "in-memory Kafka broker (kfake) in a child process"
+	k, stopKafka, err := newKafkaEnv(o)
+	if err != nil {
+		return nil, err
 	}
+	defer stopKafka()
 	rep := &Report{}
 	if o.Workload == "keys" {
 		for _, keys := range []int{1, o.Keys} {
@@ -191,6 +196,33 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// newKafkaEnv starts the run's Kafka cluster as o asks (none when the sink
+// is another type or brokers are given); stop ends it.
+func newKafkaEnv(o Options) (k kafkaEnv, stop func(), err error) {
+	k = kafkaEnv{brokers: o.Brokers, note: "Kafka cluster at " + strings.Join(o.Brokers, ",")}
+	stop = func() {}
+	switch {
+	case o.Sink != "kafka":
+	case len(k.brokers) > 0:
+	case o.InProcessBroker:
+		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.Partitions), topic))
+		if err != nil {
+			return k, stop, fmt.Errorf("start in-process Kafka: %w", err)
+		}
+		k.brokers = c.ListenAddrs()
+		k.note = "in-memory Kafka broker (kfake) in the same process as the relay: its CPU is counted in the relay's"
+		stop = c.Close
+	default:
+		if k.br, err = startBroker(o.Partitions); err != nil {
+			return k, stop, err
+		}
+		k.brokers = []string{k.br.addr}
+		k.note = "in-memory Kafka broker (kfake) in a child process"
+		stop = k.br.stop
+	}
+	return k, stop, nil
 }
 
 // ownDatabase creates a database for the run, so that the database-wide
@@ -263,7 +295,12 @@ func printRates(w io.Writer, rs []RateResult) {
 
 func printDrain(w io.Writer, rs []Result) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tsink\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\tpg CPU µs/ev\tbroker CPU µs/ev\tWAL B/ev\txacts/ev\tstmts/ev\tdead tuples\trelay RSS MB\t")
+	my := rs[0].Driver == "mysql"
+	dbCol, logCol, deadCol := "pg CPU µs/ev", "WAL B/ev", "dead tuples"
+	if my {
+		dbCol, logCol = "mariadb CPU µs/ev", "redo B/ev"
+	}
+	fmt.Fprintf(tw, "workload\tsink\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\t%s\tbroker CPU µs/ev\t%s\txacts/ev\tstmts/ev\t%s\trelay RSS MB\t\n", dbCol, logCol, deadCol)
 	for _, r := range rs {
 		ord := "off"
 		if r.Ordering {
@@ -276,12 +313,19 @@ func printDrain(w io.Writer, rs []Result) {
 		if r.OrderHeld != nil && !*r.OrderHeld {
 			ratio += " ORDER BROKEN"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%d\t%.0f\t\n",
+		dbCPU, logBytes, dead := r.Relay.PostgresCPUMs1k, r.Relay.WALBytesPerEvent, fmt.Sprint(r.Relay.DeadTuplesAfter)
+		if r.Driver == "mysql" {
+			dbCPU, logBytes, dead = r.Relay.MariaDBCPUMs1k, r.Relay.RedoBytesPerEvent, "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%s\t%.0f\t\n",
 			r.Workload, r.Sink, r.Layout, ord, r.Rows, r.Keys, ceil, r.Relay.EventsPerSec, ratio,
-			r.Relay.CPUMsPer1k, r.Relay.PostgresCPUMs1k, r.Relay.BrokerCPUMs1k, r.Relay.WALBytesPerEvent, r.Relay.XactsPerEvent, r.Relay.StmtsPerEvent,
-			r.Relay.DeadTuplesAfter, float64(r.PeakRSSBytes)/(1<<20))
+			r.Relay.CPUMsPer1k, dbCPU, r.Relay.BrokerCPUMs1k, logBytes, r.Relay.XactsPerEvent, r.Relay.StmtsPerEvent,
+			dead, float64(r.PeakRSSBytes)/(1<<20))
 	}
 	_ = tw.Flush()
+	if my {
+		fmt.Fprintln(w, "mariadb CPU and redo bytes are the whole server's, its other clients included; xacts are the relay's COMMITs and ROLLBACKs")
+	}
 	said := map[string]bool{}
 	for _, r := range rs {
 		if r.SinkNote != "" && !said[r.SinkNote] {

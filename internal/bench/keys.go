@@ -15,7 +15,7 @@ import (
 // arrived in the order they were written.
 func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, keys int) (Result, error) {
 	t := table{schema: newSchema(), layout: "delete"}
-	res := Result{Workload: "keys", Layout: t.layout, Ordering: true, Rows: o.Rows, Keys: keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
+	res := Result{Workload: "keys", Driver: "postgres", Layout: t.layout, Ordering: true, Rows: o.Rows, Keys: keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if err := t.create(ctx, pool); err != nil {
 		return res, err
 	}

@@ -30,7 +30,14 @@ its local server (or --sink-url): nats (a JetStream stream made for the run),
 rabbitmq (a direct exchange and a durable queue), redis (a stream), mqtt
 (QoS 1, no subscriber) or webhook (an HTTP server in this same process that
 answers 200, whose CPU then counts as the relay's). What the run made on the
-server is deleted afterwards.`,
+server is deleted afterwards.
+
+With --driver mysql, drain and keys run on MySQL or MariaDB at --mysql-dsn
+instead: the run creates a database of its own there (dropped afterwards),
+prefills with LOAD DATA LOCAL INFILE, and reports the mariadbd process's CPU
+and InnoDB's redo bytes per event (both server-wide) in place of
+PostgreSQL's. Layout delete is a table of the run's own; layout mark is
+seed 004's kafka_outbox (preset kafka-outbox), created by the relay.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Workload = "drain"
@@ -78,6 +85,8 @@ server is deleted afterwards.`,
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.DSN, "dsn", "", "PostgreSQL DSN (default $DATABASE_URL, else the local server)")
+	f.StringVar(&o.Driver, "driver", "postgres", "drain and keys: the database to measure: postgres|mysql")
+	f.StringVar(&o.MySQLDSN, "mysql-dsn", bench.DefaultMySQLDSN, "--driver mysql: the MySQL or MariaDB server (go-sql-driver DSN)")
 	f.IntVar(&o.Rows, "rows", 1_000_000, "rows to prefill")
 	f.IntVar(&o.Keys, "keys", 10_000, "distinct keys")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 200, "payload size")
