@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
@@ -87,6 +88,88 @@ func TestUnknownSink(t *testing.T) {
 	for _, o := range []Options{{Workload: "drain", Sink: "kinesis"}, {Workload: "steady", Sink: "nats"}} {
 		if _, err := Run(context.Background(), o); err == nil {
 			t.Errorf("%s to %s: no error", o.Workload, o.Sink)
+		}
+	}
+}
+
+// A small drain of each layout and a keys run on MariaDB: every row is
+// relayed in order, the relay's statements and transactions are counted,
+// and the run's database is gone afterwards.
+func TestMySQLRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs MariaDB")
+	}
+	mytest.Admin(t) // fails with how to start the server when it is down
+	base := Options{
+		Driver: "mysql", MySQLDSN: mytest.AdminDSN(), Rows: 3000, Keys: 50, PayloadBytes: 200, BatchSize: 500, Pipeline: 3,
+		Layouts: []string{"delete", "mark"}, Orderings: []bool{true}, Partitions: 4, InProcessBroker: true,
+	}
+	for _, w := range []string{"drain", "keys"} {
+		t.Run(w, func(t *testing.T) {
+			o := base
+			o.Workload = w
+			rep, err := Run(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Drain) != 2 {
+				t.Fatalf("%d results, want 2", len(rep.Drain))
+			}
+			for _, r := range rep.Drain {
+				if r.Driver != "mysql" || r.Relay.Events != o.Rows || (w == "drain" && r.Ceiling.Events != o.Rows) {
+					t.Errorf("%s %s: driver %s, relay %d, ceiling %d events, want mysql, %d", w, r.Layout, r.Driver, r.Relay.Events, r.Ceiling.Events, o.Rows)
+				}
+				if w == "keys" && (r.OrderHeld == nil || !*r.OrderHeld) {
+					t.Errorf("keys=%d: order not held", r.Keys)
+				}
+				// A batch is at least a claim and its acknowledgement in one
+				// transaction; the count covers every relay connection.
+				perBatch := r.Relay.StmtsPerEvent * float64(o.BatchSize)
+				if perBatch < 2 || perBatch > 50 || r.Relay.XactsPerEvent*float64(o.BatchSize) < 0.9 {
+					t.Errorf("%s %s: %.1f statements and %.2f transactions per batch", w, r.Layout, perBatch, r.Relay.XactsPerEvent*float64(o.BatchSize))
+				}
+			}
+			var out strings.Builder
+			Print(&out, rep)
+			if !strings.Contains(out.String(), "mariadb CPU µs/ev") {
+				t.Errorf("the table does not name MariaDB's CPU:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// The run's database is dropped when it ends.
+func TestMySQLRunDropsItsDatabase(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs MariaDB")
+	}
+	admin := mytest.Admin(t)
+	ctx := context.Background()
+	r, err := openMyRun(ctx, mytest.AdminDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := newMyTable("delete")
+	if err := tb.create(ctx, r.db); err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.fill(ctx, r.db, "bench", 100, 10, 100); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := r.db.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+tb.name).Scan(&n); err != nil || n != 100 {
+		t.Fatalf("prefilled %d rows (%v), want 100", n, err)
+	}
+	r.close(ctx)
+	if err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", r.name).Scan(&n); err != nil || n != 0 {
+		t.Errorf("database %s: %d left (%v)", r.name, n, err)
+	}
+}
+
+func TestUnknownDriver(t *testing.T) {
+	for _, o := range []Options{{Workload: "drain", Driver: "oracle"}, {Workload: "steady", Driver: "mysql"}} {
+		if _, err := Run(context.Background(), o); err == nil {
+			t.Errorf("%s on %s: no error", o.Workload, o.Driver)
 		}
 	}
 }
