@@ -189,6 +189,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		for _, ordering := range o.Orderings {
 			r, err := drain(ctx, pool, dsn, o, k, layout, ordering)
+			o.RelayProfile = nil // one profile per file: the first relay run
 			if err != nil {
 				return rep, err
 			}

@@ -62,7 +62,6 @@ func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kaf
 	res.Relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relay(ctx, a, o, layout) })
 	if o.RelayProfile != nil {
 		pprof.StopCPUProfile()
-		o.RelayProfile = nil // one profile per file: the first relay run
 	}
 	if err != nil {
 		return res, fmt.Errorf("relay: %w", err)

@@ -40,6 +40,7 @@ func runMySQL(ctx context.Context, o Options) (*Report, error) {
 	for _, layout := range o.Layouts {
 		for _, ordering := range o.Orderings {
 			res, err := drainMySQL(ctx, r, o, k, layout, ordering)
+			o.RelayProfile = nil // one profile per file: the first relay run
 			if err != nil {
 				return rep, err
 			}
@@ -98,7 +99,6 @@ func drainMySQL(ctx context.Context, r *myRun, o Options, k kafkaEnv, layout str
 	res.Relay, err = measureMySQL(ctx, r, tg.cpu, func() (int, error) { return relay(ctx, a, o, layout) })
 	if o.RelayProfile != nil {
 		pprof.StopCPUProfile()
-		o.RelayProfile = nil // one profile per file: the first relay run
 	}
 	if err != nil {
 		return res, fmt.Errorf("relay: %w", err)
