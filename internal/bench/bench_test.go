@@ -173,3 +173,38 @@ func TestUnknownDriver(t *testing.T) {
 		}
 	}
 }
+
+// The relay under test gathers no process or Go runtime metrics: the
+// benchmark polls its registry, and those collectors' cost would count as
+// the relay's.
+func TestRelayRegistryQuiet(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs MariaDB")
+	}
+	mytest.Admin(t)
+	ctx := context.Background()
+	r, err := openMyRun(ctx, mytest.AdminDSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close(ctx)
+	tb := newMyTable("delete")
+	if err := tb.create(ctx, r.db); err != nil {
+		t.Fatal(err)
+	}
+	o := Options{BatchSize: 100, Pipeline: 1}
+	a, cleanup, err := openMyRelay(ctx, r, kafkaTarget(kafkaEnv{brokers: []string{"127.0.0.1:1"}}), o, tb, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cleanup()
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if strings.HasPrefix(mf.GetName(), "process_") || strings.HasPrefix(mf.GetName(), "go_") {
+			t.Errorf("the relay's registry still gathers %s", mf.GetName())
+		}
+	}
+}

@@ -178,6 +178,7 @@ func openMyRelay(ctx context.Context, r *myRun, tg *target, o Options, t myTable
 	if err != nil {
 		return nil, nil, err
 	}
+	quietRegistry(a)
 	cleanup := func() {
 		a.Close()
 		_, _ = r.db.ExecContext(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+cfg.RelaySchema)
