@@ -208,3 +208,17 @@ func TestRelayRegistryQuiet(t *testing.T) {
 		}
 	}
 }
+
+// Statements cannot be counted through TLS or compression: such a DSN is
+// refused up front rather than measured as zero statements.
+func TestCountedDSNRefusesWhatItCannotRead(t *testing.T) {
+	for _, dsn := range []string{"root@tcp(127.0.0.1:3306)/?tls=true", "root@tcp(127.0.0.1:3306)/?compress=true", "root@unix(/run/mysqld/mysqld.sock)/"} {
+		if _, err := countedDSN(dsn); err == nil {
+			t.Errorf("%s: no error", dsn)
+		}
+	}
+	got, err := countedDSN("root@tcp(127.0.0.1:3306)/db?tls=false")
+	if err != nil || !strings.Contains(got, countedNet+"(127.0.0.1:3306)/db") {
+		t.Errorf("countedDSN = %q, %v", got, err)
+	}
+}

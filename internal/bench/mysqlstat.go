@@ -6,6 +6,7 @@ import (
 	"database/sql"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,6 +48,9 @@ func countedDSN(dsn string) (string, error) {
 	}
 	if cfg.Net != "tcp" {
 		return "", fmt.Errorf("mysql dsn: the benchmark connects over tcp, not %s", cfg.Net)
+	}
+	if (cfg.TLSConfig != "" && cfg.TLSConfig != "false") || cfg.TLS != nil || strings.Contains(cfg.FormatDSN(), "compress=true") {
+		return "", fmt.Errorf("mysql dsn: the benchmark counts the relay's statements on its connections, which it cannot read through TLS or compression: drop tls and compress")
 	}
 	cfg.Net = countedNet
 	return cfg.FormatDSN(), nil
