@@ -6,7 +6,11 @@
 // in-process broker unless brokers are given) or, for the drain workload,
 // to another sink type on its local server (sinks.go). It reports events/s, the
 // ratio relay/ceiling, CPU per event of this process and of PostgreSQL, WAL
-// and transactions per event, dead tuples left, and peak RSS.
+// and transactions per event, dead tuples left, and peak RSS. With driver
+// mysql the drain and keys workloads run on MySQL or MariaDB instead
+// (mysql.go, mysqldrain.go, mysqlstat.go): a database of the run's own,
+// prefilled with LOAD DATA, and the mariadbd process's CPU and InnoDB's redo
+// bytes in place of PostgreSQL's.
 package bench
 
 import (
