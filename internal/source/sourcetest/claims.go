@@ -77,9 +77,6 @@ func (s *suite) testIdleClaimTimeout(t *testing.T) {
 var uuidPattern = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
 func (s *suite) testForeignClaims(t *testing.T) {
-	if !s.exp.claims {
-		t.Skipf("preset %s records no claims (state.batch_id)", s.preset)
-	}
 	tbl, src := s.newTable(t)
 	id := tbl.Insert(t, rows(3, 800)...)
 	const timeout = 2 * time.Second
