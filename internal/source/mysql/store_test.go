@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 )
@@ -225,35 +226,31 @@ func TestDeadClaimsComeBack(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	e.exec(t, kafkaOutbox, `INSERT INTO kafka_outbox (topic, payload_json) VALUES ('t', '{}'), ('t', '{}')`)
-	st, _ := e.store(t, e.db, "k", "kafka_outbox", "", kafkaLayout, true)
+	// The store gets a pool of its own user that keeps one idle connection,
+	// so that while the claim holds it, it is the only connection of that
+	// user in PROCESSLIST, a live view (INNODB_TRX is a cache).
+	admin := mytest.Admin(t)
+	user := "claim_" + mytest.Suffix()
+	mytest.Exec(t, admin, "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw'",
+		"GRANT ALL ON `"+e.appDB+"`.* TO '"+user+"'@'%'", "GRANT ALL ON `"+e.relayDB+"`.* TO '"+user+"'@'%'")
+	t.Cleanup(func() { _, _ = admin.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
+	udb, err := mysql.Open(mytest.WithUser(t, e.dsn, user, "pw"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	udb.SetMaxIdleConns(1)
+	t.Cleanup(func() { _ = udb.Close() })
+	st, _ := e.store(t, udb, "k", "kafka_outbox", "", kafkaLayout, true)
 
 	held, err := st.Claim(ctx, 1)
 	if err != nil || held == nil {
 		t.Fatalf("claim: %v %v", held, err)
 	}
-	// The claim's connection is the one of this database with a
-	// transaction open.
 	t.Cleanup(func() { _ = held.Release(ctx) })
 	var conn int64
-	for try := 0; ; try++ {
-		// INNODB_TRX is refreshed at most ten times a second.
-		err := e.db.QueryRowContext(ctx, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
-JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id
-WHERE p.DB = ? AND t.trx_mysql_thread_id <> CONNECTION_ID()`, e.appDB).Scan(&conn)
-		if err == nil {
-			break
-		}
-		if try == 50 {
-			rows, _ := e.db.QueryContext(ctx, `SELECT t.trx_mysql_thread_id, t.trx_rows_locked, t.trx_state, COALESCE(p.DB, '-') FROM information_schema.INNODB_TRX t LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id`)
-			for rows.Next() {
-				var a, b int64
-				var st, d string
-				_ = rows.Scan(&a, &b, &st, &d)
-				t.Log(a, b, st, d)
-			}
-			t.Fatalf("find the claim's connection: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
+	var n int
+	if err := admin.QueryRowContext(ctx, "SELECT MIN(ID), COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = ?", user).Scan(&conn, &n); err != nil || n != 1 {
+		t.Fatalf("find the claim's connection: %d connections of %s, %v", n, user, err)
 	}
 	e.exec(t, fmt.Sprintf("KILL CONNECTION %d", conn))
 	deadline := time.Now().Add(10 * time.Second)
