@@ -334,8 +334,20 @@ SELECT 'orders', '{}', CONCAT('k', seq %% 7), UTC_TIMESTAMP(6) - INTERVAL 31 DAY
 	if claimErr != nil {
 		t.Fatalf("claims beside the purge: %v", claimErr)
 	}
-	if res.Published != old {
-		t.Errorf("deleted %d rows, want the %d old ones", res.Published, old)
+	// Claims read by the primary key and so lock, for an instant, the
+	// delivered rows they pass over; a purge skips a row locked at that
+	// instant and the next run takes it. Nothing else may be left.
+	deleted := res.Published
+	if skipped := old - deleted; skipped < 0 || skipped > old/10 {
+		t.Errorf("deleted %d rows beside the claims, want the %d old ones (a few skipped at most)", deleted, old)
+	}
+	res, err = mysql.Purge(ctx, e.db, mysql.PurgeParams{Source: "ko", Table: mysql.Table{Name: "kafka_outbox"}, RelayDatabase: e.relayDB,
+		Layout: l, OlderThan: week, BatchSize: 25})
+	if err != nil {
+		t.Fatalf("second purge: %v", err)
+	}
+	if deleted += res.Published; deleted != old {
+		t.Errorf("deleted %d rows in two runs, want the %d old ones", deleted, old)
 	}
 	seen := map[string]int{}
 	for _, id := range claimed {
