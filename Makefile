@@ -20,7 +20,8 @@ help: ## Show this help.
 services: ## Start the local services the tests need (PostgreSQL, MariaDB, RabbitMQ, Mosquitto, NATS, Redis) if they are down.
 	@bash scripts/services.sh $(SERVICES)
 
-demo: services ## Run the relay demo against the local PostgreSQL.
+demo: ## Run the relay demo against the local PostgreSQL (started if it is down).
+	@bash scripts/services.sh postgres
 	$(GO) run ./cmd/outbox-relay demo
 
 test: services ## Run all tests with the race detector (starts the services above).
