@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
@@ -32,7 +33,7 @@ func (a *App) startRetention(ctx context.Context, s *Source) <-chan struct{} {
 		}
 		for {
 			start := time.Now()
-			res, err := a.purge(ctx, s, r.OlderThan.D(), r.IncludeDead)
+			res, err := a.Purge(ctx, s, source.PurgeOptions{OlderThan: r.OlderThan.D(), IncludeDead: r.IncludeDead, Pause: retentionPause})
 			switch {
 			case ctx.Err() != nil:
 				return
@@ -54,18 +55,44 @@ func (a *App) startRetention(ctx context.Context, s *Source) <-chan struct{} {
 	return done
 }
 
-// purge runs one retention pass over a source, by its database's driver.
-func (a *App) purge(ctx context.Context, s *Source, olderThan time.Duration, includeDead bool) (postgres.PurgeResult, error) {
+// Purge runs one retention pass over a source's table, by its database's
+// driver (see postgres.Purge and mysql.Purge).
+func (a *App) Purge(ctx context.Context, s *Source, o source.PurgeOptions) (source.PurgeResult, error) {
 	if s.MySQL != nil {
-		res, err := mysql.Purge(ctx, s.MySQL.DB, mysql.PurgeParams{
+		return mysql.Purge(ctx, s.MySQL.DB, mysql.PurgeParams{
 			Source: s.Name, Table: s.MySQL.Table, RelayDatabase: a.cfg.RelaySchema, Layout: s.Layout,
-			OlderThan: olderThan, IncludeDead: includeDead, Pause: retentionPause,
+			OlderThan: o.OlderThan, IncludeDead: o.IncludeDead, DryRun: o.DryRun,
+			BatchSize: o.BatchSize, Pause: o.Pause, LockTimeout: o.LockTimeout,
 		})
-		return postgres.PurgeResult{Published: res.Published, Dead: res.Dead, FailedEvents: res.FailedEvents, Audit: res.Audit,
-			RetryState: res.RetryState, Batches: res.Batches, KeptByLayout: res.KeptByLayout}, err
 	}
 	return postgres.Purge(ctx, s.Pool, postgres.PurgeParams{
 		Source: s.Name, Table: s.Table, RelaySchema: a.cfg.RelaySchema, Layout: s.Layout,
-		OlderThan: olderThan, IncludeDead: includeDead, Pause: retentionPause,
+		OlderThan: o.OlderThan, IncludeDead: o.IncludeDead, DryRun: o.DryRun,
+		BatchSize: o.BatchSize, Pause: o.Pause, LockTimeout: o.LockTimeout,
 	})
+}
+
+// OptimizeReport is a source's table before and after Optimize.
+type OptimizeReport struct {
+	SizeBefore, SizeAfter int64
+	DeadBefore, DeadAfter int64 // PostgreSQL's dead tuples
+	Live                  int64
+	Took                  time.Duration
+	// Rebuilt is set for a table rebuilt (MySQL's OPTIMIZE TABLE), with
+	// its unused space before and after instead of dead tuples.
+	Rebuilt               bool
+	FreeBefore, FreeAfter int64
+}
+
+// Optimize vacuums (PostgreSQL) or rebuilds (MySQL) a source's table and
+// reports its size before and after.
+func (a *App) Optimize(ctx context.Context, s *Source) (OptimizeReport, error) {
+	if s.MySQL != nil {
+		res, err := mysql.Optimize(ctx, s.MySQL.DB, s.MySQL.Table)
+		return OptimizeReport{SizeBefore: res.Before.Total(), SizeAfter: res.After.Total(), Live: res.After.Rows, Took: res.Took,
+			Rebuilt: true, FreeBefore: res.Before.FreeBytes, FreeAfter: res.After.FreeBytes}, err
+	}
+	res, err := postgres.Optimize(ctx, s.Pool, s.Table)
+	return OptimizeReport{SizeBefore: res.Before.TotalBytes, SizeAfter: res.After.TotalBytes,
+		DeadBefore: res.Before.DeadTuples, DeadAfter: res.After.DeadTuples, Live: res.After.LiveTuples, Took: res.Took}, err
 }

@@ -12,116 +12,13 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
-	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
-// retentionTarget is what the retention and optimize commands need of one
-// source's database. Each driver has its own; the commands never speak
-// SQL themselves.
-type retentionTarget interface {
-	Purge(ctx context.Context, r retentionRequest) (retentionCounts, error)
-	Optimize(ctx context.Context) (optimizeReport, error)
-}
-
-// retentionRequest is one retention run over a source.
-type retentionRequest struct {
-	OlderThan          time.Duration
-	IncludeDead        bool
-	DryRun             bool
-	BatchSize          int
-	Pause, LockTimeout time.Duration
-}
-
-// retentionCounts are the rows a retention run deleted (or, dry, would).
-type retentionCounts struct {
-	Published, Dead                 int64 // outbox rows
-	FailedEvents, Audit, RetryState int64 // the relay's own rows
-	Batches                         int
-	KeptByLayout                    bool // the layout deletes rows itself
-}
-
-// optimizeReport is a table before and after it was optimized.
-type optimizeReport struct {
-	SizeBefore, SizeAfter int64
-	DeadBefore, DeadAfter int64 // PostgreSQL's dead tuples
-	Live                  int64
-	Took                  time.Duration
-	// Rebuilt is set for a table rebuilt (MySQL's OPTIMIZE TABLE), with
-	// its unused space before and after instead of dead tuples.
-	Rebuilt               bool
-	FreeBefore, FreeAfter int64
-}
-
-// retentionFor returns the retention target of a source, by its database's
-// driver.
-func retentionFor(cfg *config.Config, s *app.Source) (retentionTarget, error) {
-	switch d := cfg.Databases[s.Config.Database].Driver; {
-	case s.MySQL != nil:
-		return &myRetention{src: s, relayDB: cfg.RelaySchema}, nil
-	case d == "" || d == "postgres":
-		return &pgRetention{src: s, relaySchema: cfg.RelaySchema}, nil
-	default:
-		return nil, fmt.Errorf("retention is not available for driver %q", d)
-	}
-}
-
-// tableOf names a source's table, whatever its driver.
-func tableOf(s *app.Source) string {
-	if s.MySQL != nil {
-		return s.MySQL.Table.String()
-	}
-	return s.Table.String()
-}
-
-// pgRetention is the PostgreSQL retention target.
-type pgRetention struct {
-	src         *app.Source
-	relaySchema string
-}
-
-func (p *pgRetention) Purge(ctx context.Context, r retentionRequest) (retentionCounts, error) {
-	res, err := postgres.Purge(ctx, p.src.Pool, postgres.PurgeParams{
-		Source: p.src.Name, Table: p.src.Table, RelaySchema: p.relaySchema, Layout: p.src.Layout,
-		OlderThan: r.OlderThan, IncludeDead: r.IncludeDead, DryRun: r.DryRun,
-		BatchSize: r.BatchSize, Pause: r.Pause, LockTimeout: r.LockTimeout,
-	})
-	return retentionCounts{Published: res.Published, Dead: res.Dead, FailedEvents: res.FailedEvents, Audit: res.Audit,
-		RetryState: res.RetryState, Batches: res.Batches, KeptByLayout: res.KeptByLayout}, err
-}
-
-func (p *pgRetention) Optimize(ctx context.Context) (optimizeReport, error) {
-	res, err := postgres.Optimize(ctx, p.src.Pool, p.src.Table)
-	return optimizeReport{SizeBefore: res.Before.TotalBytes, SizeAfter: res.After.TotalBytes,
-		DeadBefore: res.Before.DeadTuples, DeadAfter: res.After.DeadTuples, Live: res.After.LiveTuples, Took: res.Took}, err
-}
-
-// myRetention is the MySQL and MariaDB retention target.
-type myRetention struct {
-	src     *app.Source
-	relayDB string
-}
-
-func (m *myRetention) Purge(ctx context.Context, r retentionRequest) (retentionCounts, error) {
-	res, err := mysql.Purge(ctx, m.src.MySQL.DB, mysql.PurgeParams{
-		Source: m.src.Name, Table: m.src.MySQL.Table, RelayDatabase: m.relayDB, Layout: m.src.Layout,
-		OlderThan: r.OlderThan, IncludeDead: r.IncludeDead, DryRun: r.DryRun,
-		BatchSize: r.BatchSize, Pause: r.Pause, LockTimeout: r.LockTimeout,
-	})
-	return retentionCounts{Published: res.Published, Dead: res.Dead, FailedEvents: res.FailedEvents, Audit: res.Audit,
-		RetryState: res.RetryState, Batches: res.Batches, KeptByLayout: res.KeptByLayout}, err
-}
-
-func (m *myRetention) Optimize(ctx context.Context) (optimizeReport, error) {
-	res, err := mysql.Optimize(ctx, m.src.MySQL.DB, m.src.MySQL.Table)
-	return optimizeReport{SizeBefore: res.Before.Total(), SizeAfter: res.After.Total(), Live: res.After.Rows, Took: res.Took,
-		Rebuilt: true, FreeBefore: res.Before.FreeBytes, FreeAfter: res.After.FreeBytes}, err
-}
-
 func newRetention(g *globals) *cobra.Command {
 	var (
-		r       retentionRequest
+		r       source.PurgeOptions
 		age     ageFlag
 		only    string
 		dryRun  bool
@@ -156,8 +53,8 @@ It prints one line per source and exits non-zero if any source failed.`,
 			if r.BatchSize < 1 || r.BatchSize > 100000 {
 				return fmt.Errorf("--batch-size: must be between 1 and 100000, got %d", r.BatchSize)
 			}
-			return forEachSource(cmd, g, only, func(ctx context.Context, s *app.Source, t retentionTarget) error {
-				c, err := t.Purge(ctx, r)
+			return forEachSource(cmd, g, only, func(ctx context.Context, a *app.App, s *app.Source) error {
+				c, err := a.Purge(ctx, s, r)
 				printRetention(g.stdout, s, r.DryRun, c, err)
 				return err
 			})
@@ -197,20 +94,20 @@ free space before and after, from information_schema.TABLES.
 One line per source.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return forEachSource(cmd, g, only, func(ctx context.Context, s *app.Source, t retentionTarget) error {
-				rep, err := t.Optimize(ctx)
+			return forEachSource(cmd, g, only, func(ctx context.Context, a *app.App, s *app.Source) error {
+				rep, err := a.Optimize(ctx, s)
 				if err != nil {
-					fmt.Fprintf(g.stdout, "%s (%s): FAILED: %v\n", s.Name, tableOf(s), err)
+					fmt.Fprintf(g.stdout, "%s (%s): FAILED: %v\n", s.Name, s.TableName(), err)
 					return err
 				}
 				if rep.Rebuilt {
 					fmt.Fprintf(g.stdout, "%s (%s): rebuilt and analyzed in %s; size %s -> %s; free space %s -> %s; rows about %d\n",
-						s.Name, tableOf(s), rep.Took.Round(time.Millisecond), bytesize(rep.SizeBefore), bytesize(rep.SizeAfter),
+						s.Name, s.TableName(), rep.Took.Round(time.Millisecond), bytesize(rep.SizeBefore), bytesize(rep.SizeAfter),
 						bytesize(rep.FreeBefore), bytesize(rep.FreeAfter), rep.Live)
 					return nil
 				}
 				fmt.Fprintf(g.stdout, "%s (%s): vacuumed and analyzed in %s; size %s -> %s; dead tuples %d -> %d; live tuples %d\n",
-					s.Name, tableOf(s), rep.Took.Round(time.Millisecond), bytesize(rep.SizeBefore), bytesize(rep.SizeAfter),
+					s.Name, s.TableName(), rep.Took.Round(time.Millisecond), bytesize(rep.SizeBefore), bytesize(rep.SizeAfter),
 					rep.DeadBefore, rep.DeadAfter, rep.Live)
 				return nil
 			})
@@ -223,7 +120,7 @@ One line per source.`,
 // forEachSource opens the configured databases, resolves the sources
 // (--source picks one) and calls fn on each in turn. A source that fails
 // does not stop the others; the error then names how many failed.
-func forEachSource(cmd *cobra.Command, g *globals, only string, fn func(context.Context, *app.Source, retentionTarget) error) error {
+func forEachSource(cmd *cobra.Command, g *globals, only string, fn func(context.Context, *app.App, *app.Source) error) error {
 	cfg, log, err := g.load()
 	if err != nil {
 		return err
@@ -255,13 +152,7 @@ func forEachSource(cmd *cobra.Command, g *globals, only string, fn func(context.
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		t, err := retentionFor(cfg, s)
-		if err == nil {
-			err = fn(ctx, s, t)
-		} else {
-			fmt.Fprintf(g.stdout, "%s (%s): FAILED: %v\n", s.Name, tableOf(s), err)
-		}
-		if err != nil {
+		if err := fn(ctx, a, s); err != nil {
 			log.Error("source failed", "source", s.Name, "err", err)
 			failed = append(failed, s.Name)
 		}
@@ -273,13 +164,13 @@ func forEachSource(cmd *cobra.Command, g *globals, only string, fn func(context.
 }
 
 // printRetention writes a source's retention line.
-func printRetention(w io.Writer, s *app.Source, dry bool, c retentionCounts, err error) {
+func printRetention(w io.Writer, s *app.Source, dry bool, c source.PurgeResult, err error) {
 	verb := "deleted"
 	if dry {
 		verb = "would delete"
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s (%s): ", s.Name, tableOf(s))
+	fmt.Fprintf(&b, "%s (%s): ", s.Name, s.TableName())
 	if c.KeptByLayout {
 		b.WriteString("rows are deleted on delivery; ")
 		fmt.Fprintf(&b, "%s ", verb)

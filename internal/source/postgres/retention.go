@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 // Retention defaults.
@@ -51,18 +52,7 @@ type PurgeParams struct {
 }
 
 // PurgeResult counts what Purge deleted, or with DryRun would delete.
-type PurgeResult struct {
-	Published    int64 // delivered outbox rows
-	Dead         int64 // dead-lettered outbox rows (IncludeDead)
-	FailedEvents int64 // dead letters replayed before the cutoff
-	Audit        int64 // audit rows of those dead letters
-	RetryState   int64 // retry state of events no longer in the table
-	// Batches is the number of delete statements run on the outbox table.
-	Batches int
-	// KeptByLayout is set when the layout deletes rows itself (mode
-	// delete): the outbox table was left alone.
-	KeptByLayout bool
-}
+type PurgeResult = source.PurgeResult
 
 // Purge deletes the settled rows of one outbox table that are older than
 // p.OlderThan, in batches that each lock at most p.BatchSize rows for one
