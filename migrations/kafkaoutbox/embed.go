@@ -11,7 +11,13 @@
 // identifier), for naming its indexes and looking it up in the catalogue.
 package kafkaoutbox
 
-import "embed"
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"strings"
+	"testing/fstest"
+)
 
 // Postgres holds the PostgreSQL migrations under "postgres/".
 //
@@ -22,3 +28,32 @@ var Postgres embed.FS
 //
 //go:embed mysql/*.sql
 var MySQL embed.FS
+
+// Files returns the migrations of one dialect ("postgres" or "mysql") with
+// the placeholders filled: {{table}} with table as the dialect quotes it,
+// {{name}} with the bare name.
+func Files(dialect, table, name string) (fs.FS, error) {
+	var src fs.FS
+	switch dialect {
+	case "postgres":
+		src = Postgres
+	case "mysql":
+		src = MySQL
+	default:
+		return nil, fmt.Errorf("kafka_outbox migrations: unknown dialect %q", dialect)
+	}
+	files, err := fs.ReadDir(src, dialect)
+	if err != nil {
+		return nil, err
+	}
+	r := strings.NewReplacer("{{table}}", table, "{{name}}", name)
+	out := fstest.MapFS{}
+	for _, f := range files {
+		b, err := fs.ReadFile(src, dialect+"/"+f.Name())
+		if err != nil {
+			return nil, err
+		}
+		out[f.Name()] = &fstest.MapFile{Data: []byte(r.Replace(string(b))), Mode: 0o444}
+	}
+	return out, nil
+}

@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"io/fs"
 	"regexp"
-	"strings"
-	"testing/fstest"
 
 	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/pressly/goose/v3"
@@ -79,24 +77,7 @@ func NewTableMigrator(dsn string, t Table) (*TableMigrator, error) {
 // tableMigrations fills the placeholders of the embedded migrations for the
 // table named name, in the connection's database.
 func tableMigrations(name string) (fs.FS, error) {
-	src, err := fs.Sub(kafkaoutbox.MySQL, "mysql")
-	if err != nil {
-		return nil, err
-	}
-	files, err := fs.ReadDir(src, ".")
-	if err != nil {
-		return nil, err
-	}
-	r := strings.NewReplacer("{{table}}", QuoteIdent(name), "{{name}}", name)
-	out := fstest.MapFS{}
-	for _, f := range files {
-		b, err := fs.ReadFile(src, f.Name())
-		if err != nil {
-			return nil, err
-		}
-		out[f.Name()] = &fstest.MapFile{Data: []byte(r.Replace(string(b))), Mode: 0o444}
-	}
-	return out, nil
+	return kafkaoutbox.Files("mysql", QuoteIdent(name), name)
 }
 
 // Close releases the connections.

@@ -7,8 +7,6 @@ import (
 	"hash/fnv"
 	"io/fs"
 	"regexp"
-	"strings"
-	"testing/fstest"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -72,24 +70,7 @@ func NewTableMigrator(dsn string, t Table) (*TableMigrator, error) {
 
 // tableMigrations fills the placeholders of the embedded migrations for t.
 func tableMigrations(t Table) (fs.FS, error) {
-	src, err := fs.Sub(kafkaoutbox.Postgres, "postgres")
-	if err != nil {
-		return nil, err
-	}
-	files, err := fs.ReadDir(src, ".")
-	if err != nil {
-		return nil, err
-	}
-	r := strings.NewReplacer("{{table}}", t.String(), "{{name}}", t.Name)
-	out := fstest.MapFS{}
-	for _, f := range files {
-		b, err := fs.ReadFile(src, f.Name())
-		if err != nil {
-			return nil, err
-		}
-		out[f.Name()] = &fstest.MapFile{Data: []byte(r.Replace(string(b))), Mode: 0o444}
-	}
-	return out, nil
+	return kafkaoutbox.Files("postgres", t.String(), t.Name)
 }
 
 // Close releases the connection.
