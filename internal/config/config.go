@@ -7,6 +7,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/sink/nats"
 	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
 	"github.com/outbox-relay/outbox-relay/internal/sink/redis"
+	"github.com/outbox-relay/outbox-relay/internal/sink/sinktls"
 	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
 
@@ -85,14 +86,8 @@ type SASL struct {
 	Password  string `yaml:"password"`
 }
 
-// TLS secures the broker connection.
-type TLS struct {
-	Enabled            bool   `yaml:"enabled"`
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
-}
+// TLS secures the broker connection: the same block every sink type uses.
+type TLS = sinktls.Config
 
 // Source is one outbox table, or a rule that discovers several.
 type Source struct {

@@ -1,11 +1,8 @@
 package kafka
 
 import (
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
@@ -100,7 +97,9 @@ func settingsFor(cfg config.Sink) (settings, error) {
 		opts = append(opts, kgo.SASL(mech))
 	}
 	if cfg.TLS != nil && cfg.TLS.Enabled {
-		tc, err := tlsConfig(cfg.TLS)
+		// No server name: franz-go checks each broker's certificate
+		// against that broker's host.
+		tc, err := cfg.TLS.Load("")
 		if err != nil {
 			return settings{}, err
 		}
@@ -135,29 +134,4 @@ func saslMechanism(s *config.SASL) (sasl.Mechanism, error) {
 		return scram.Auth{User: s.Username, Pass: s.Password}.AsSha512Mechanism(), nil
 	}
 	return nil, fmt.Errorf("sasl: unknown mechanism %q", s.Mechanism)
-}
-
-func tlsConfig(t *config.TLS) (*tls.Config, error) {
-	tc := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: t.InsecureSkipVerify} //nolint:gosec // opt-in
-	if t.CAFile != "" {
-		pem, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
-		}
-		tc.RootCAs = x509.NewCertPool()
-		if !tc.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("tls: no certificate in %s", t.CAFile)
-		}
-	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		return nil, errors.New("tls: cert_file and key_file go together")
-	}
-	if t.CertFile != "" {
-		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("tls: %w", err)
-		}
-		tc.Certificates = []tls.Certificate{cert}
-	}
-	return tc, nil
 }
