@@ -31,6 +31,8 @@ func TestMariaDBNoLossAcrossSIGKILL(t *testing.T) {
 		producers = 4
 		keys      = 3 // per producer
 		kills     = 2
+		batchSize = 50
+		pipeline  = 3
 		topic     = "mysql.events"
 	)
 	bin := buildRelay(t)
@@ -57,10 +59,10 @@ sources:
   - name: events
     table: %s.outbox
     preset: delete
-    batch_size: 50
-    pipeline: 3
+    batch_size: %d
+    pipeline: %d
     poll: {min: 5ms, max: 50ms}
-`, relayDB, dsn, strings.Join(brokers, ","), name)
+`, relayDB, dsn, strings.Join(brokers, ","), name, batchSize, pipeline)
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -221,5 +223,9 @@ sources:
 		}
 		lastSeq[v.Key] = v.Seq
 	}
-	t.Logf("%d committed, %d rolled back, %d records (%d duplicates)", len(committed), len(rolledBack), len(recs), len(recs)-len(seen))
+	dups, bound := len(recs)-len(seen), kills*pipeline*batchSize
+	t.Logf("%d committed, %d rolled back, %d records (%d duplicates, bound %d)", len(committed), len(rolledBack), len(recs), dups, bound)
+	if dups >= bound {
+		t.Errorf("%d duplicates, want fewer than %d (what %d killed processes could have had in flight)", dups, bound, kills)
+	}
 }
