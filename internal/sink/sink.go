@@ -6,6 +6,8 @@ package sink
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 )
 
 // Header is one message header. Order is kept as given.
@@ -92,4 +94,36 @@ func OrderKey(m *Message) string {
 type Problem struct {
 	Field string
 	Msg   string
+}
+
+// UnavailableError says a message was not sent, or not confirmed in time,
+// because its sink is unavailable: the sink's circuit is open, or the call
+// passed the sink's deadline. It is not the message's fault, so the engine
+// charges no attempt: it leaves the row pending with its key held until
+// Until, when the sink may be tried again.
+type UnavailableError struct {
+	Sink  string
+	Until time.Time
+	Err   error
+}
+
+func (e *UnavailableError) Error() string {
+	return fmt.Sprintf("sink %s unavailable until %s: %v", e.Sink, e.Until.Format(time.RFC3339Nano), e.Err)
+}
+func (e *UnavailableError) Unwrap() error { return e.Err }
+
+// Unavailable wraps err as the failure of a sink that may be tried again at
+// until.
+func Unavailable(sinkName string, until time.Time, err error) error {
+	return &UnavailableError{Sink: sinkName, Until: until, Err: err}
+}
+
+// IsUnavailable reports whether err (or anything it wraps) says the sink was
+// unavailable, and until when.
+func IsUnavailable(err error) (time.Time, bool) {
+	var u *UnavailableError
+	if !errors.As(err, &u) {
+		return time.Time{}, false
+	}
+	return u.Until, true
 }
