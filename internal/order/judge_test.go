@@ -62,7 +62,7 @@ func TestSchedule(t *testing.T) {
 func TestPlanWaves(t *testing.T) {
 	keys := []string{"a", "a", "b", "a", "", ""}
 	dests := []string{"x", "y", "x", "y", "x", "y"}
-	p := NewPlan(keys, dests, []int{0, 1, 2, 3, 4, 5})
+	p := NewPlan(keys, []int{0, 1, 2, 3, 4, 5}, func(i, j int) bool { return dests[i] == dests[j] })
 	if p.Waves() != 2 {
 		t.Fatalf("waves = %d, want 2", p.Waves())
 	}
@@ -79,7 +79,7 @@ func TestPlanWaves(t *testing.T) {
 }
 
 func TestPlanTerminalDoesNotStop(t *testing.T) {
-	p := NewPlan([]string{"a", "a"}, []string{"x", "y"}, []int{0, 1})
+	p := NewPlan([]string{"a", "a"}, []int{0, 1}, func(i, j int) bool { return i == j })
 	p.Record(0, Terminal)
 	if send, _ := p.Wave(1); !slices.Equal(send, []int{1}) {
 		t.Fatalf("wave 1 = %v, want the row after a terminal failure sent", send)

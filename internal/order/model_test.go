@@ -158,7 +158,7 @@ func (s *sim) publish(b *simBatch) bool {
 		keys[i] = r.key
 		dests[i] = fmt.Sprint(r.id % 2) // two destinations: waves happen
 	}
-	p := NewPlan(keys, dests, idx)
+	p := NewPlan(keys, idx, func(i, j int) bool { return dests[i] == dests[j] })
 	for w := range p.Waves() {
 		send, held := p.Wave(w)
 		for _, i := range held {

@@ -13,14 +13,15 @@ type Plan struct {
 	stopped map[string]bool
 }
 
-// NewPlan plans rows with the given order keys and destinations (anything
-// that tells partitions apart: sink, topic and partition key), in claim
-// order. Only the rows at idx take part; others are never in a wave.
-func NewPlan(keys, dests []string, idx []int) *Plan {
+// NewPlan plans the rows at idx (in claim order) of a batch whose rows have
+// the given order keys. sameDest reports whether two rows go to the same
+// partition (same sink, topic and partition key). Rows not in idx are in no
+// wave.
+func NewPlan(keys []string, idx []int, sameDest func(i, j int) bool) *Plan {
 	p := &Plan{keys: keys, wave: make([]int, len(keys)), stopped: map[string]bool{}}
 	type run struct {
 		n    int
-		dest string
+		last int // the run's latest row
 	}
 	runs := map[string]*run{}
 	for i := range p.wave {
@@ -35,13 +36,14 @@ func NewPlan(keys, dests []string, idx []int) *Plan {
 		r := runs[k]
 		switch {
 		case r == nil:
-			runs[k] = &run{dest: dests[i]}
-		case r.dest != dests[i]:
+			r = &run{}
+			runs[k] = r
+		case !sameDest(r.last, i):
 			r.n++
-			r.dest = dests[i]
 		}
-		p.wave[i] = runs[k].n
-		p.waves = max(p.waves, runs[k].n)
+		r.last = i
+		p.wave[i] = r.n
+		p.waves = max(p.waves, r.n)
 	}
 	p.waves++
 	return p

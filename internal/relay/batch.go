@@ -4,9 +4,9 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"slices"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/order"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -18,160 +18,108 @@ type inflight struct {
 	rows    []source.Row
 	tgt     []int // each row's target (see routeRow)
 	claimed time.Time
-	// keyDep maps a key to the earlier batch in flight that holds it.
-	keyDep    map[string]*inflight
+	// ticket is the batch's place in the order book; nil with ordering off.
+	ticket    *order.Ticket
 	outcome   source.Outcome
-	deferred  []int
-	violation int           // rows published after an earlier row of their key failed
-	published chan struct{} // closed once every result is in
-	done      chan struct{} // closed once the batch committed or was released
+	held      map[string]time.Time // keys the commit holds, and until when
+	holds     int                  // rows held (left pending, no attempt charged)
+	violation int                  // rows a sink delivered after an earlier row of their key was left pending
+	published chan struct{}        // closed once every result is in
 }
 
 // start registers a claimed batch's keys and publishes it in the background.
 func (w *Worker) start(hard context.Context, seq uint64, b source.Batch) *inflight {
 	f := &inflight{
 		seq: seq, batch: b, rows: b.Rows(), claimed: time.Now(),
-		published: make(chan struct{}), done: make(chan struct{}),
+		published: make(chan struct{}),
 	}
 	if w.o.Ordering {
-		w.mu.Lock()
+		keys := make([]string, len(f.rows))
 		for i := range f.rows {
-			k := f.rows[i].OrderKey
-			if p := w.lastByKey[k]; p != nil && p != f {
-				if f.keyDep == nil {
-					f.keyDep = map[string]*inflight{}
-				}
-				f.keyDep[k] = p
-			}
-			w.lastByKey[k] = f
+			keys[i] = f.rows[i].OrderKey
 		}
-		w.mu.Unlock()
+		f.ticket = w.book.Begin(seq, keys)
 	}
 	go w.publish(hard, f)
 	return f
 }
 
-// fencedLocked reports whether rows of key k in the batch with sequence seq
-// must be deferred: a batch that committed after this one was claimed left
-// the key waiting (retry scheduled or commit failed). w.mu must be held.
-func (w *Worker) fencedLocked(k string, seq uint64) bool {
-	v, ok := w.fence[k]
-	return ok && v >= seq
+// attempt is the state of one batch's publication.
+type attempt struct {
+	f       *inflight
+	msgs    []*sink.Message
+	errs    []error
+	results []order.Result
+	at      []time.Time // a row's own time to wait (sink unavailable, fence)
+	keys    []string    // order keys; all "" with ordering off
 }
-
-// Row states while a batch is published: sent (or waiting), or deferred
-// (left pending untouched).
-const (
-	stateNone int8 = iota
-	stateDeferred
-)
 
 func (w *Worker) publish(ctx context.Context, f *inflight) {
 	defer close(f.published)
 	n := len(f.rows)
-	msgs := make([]*sink.Message, n)
-	errs := make([]error, n)
-	state := make([]int8, n)
+	a := &attempt{f: f, msgs: make([]*sink.Message, n), errs: make([]error, n),
+		results: make([]order.Result, n), at: make([]time.Time, n), keys: make([]string, n)}
 	f.tgt = make([]int, n)
 	var now, later []int
 	for i := range f.rows {
 		if len(w.targets) > 1 {
 			f.tgt[i] = w.routeRow(&f.rows[i])
 		}
+		if w.o.Ordering {
+			a.keys[i] = f.rows[i].OrderKey
+		}
 		m, err := buildMessage(&f.rows[i], w.o.Name, w.o.ValidateJSON, w.targets[f.tgt[i]].maxBytes)
 		if err != nil {
-			errs[i] = err
+			a.errs[i], a.results[i] = err, order.Invalid
 			continue
 		}
-		msgs[i] = m
-		if f.keyDep[f.rows[i].OrderKey] != nil {
+		a.msgs[i] = m
+		if f.ticket != nil && f.ticket.Waits(a.keys[i]) {
 			later = append(later, i)
 		} else {
 			now = append(now, i)
 		}
 	}
 	started := time.Now()
-	if !w.o.Ordering {
-		w.send(ctx, f, append(now, later...), msgs, errs, state)
-	} else {
-		w.sendInWaves(ctx, f, now, msgs, errs, state)
-		if len(later) > 0 {
-			deps := make([]*inflight, 0, len(f.keyDep))
-			for _, d := range f.keyDep {
-				if !slices.Contains(deps, d) {
-					deps = append(deps, d)
-				}
+	w.sendPlanned(ctx, a, now)
+	if len(later) > 0 {
+		for _, d := range f.ticket.Deps() {
+			select {
+			case <-d.Done():
+			case <-ctx.Done():
 			}
-			slices.SortFunc(deps, func(a, b *inflight) int { return int(a.seq - b.seq) })
-			for _, d := range deps {
-				select {
-				case <-d.done:
-				case <-ctx.Done():
-				}
-			}
-			w.sendInWaves(ctx, f, later, msgs, errs, state)
 		}
+		w.sendPlanned(ctx, a, later)
 	}
 	if m := w.o.Metrics; m != nil {
 		m.PublishDuration.Observe(time.Since(started).Seconds())
 	}
-	w.decide(f, msgs, errs, state)
+	w.decide(a)
 }
 
-// sendInWaves publishes the rows at idx (in order) so that rows of one key
-// bound for different partitions (or sinks) never overlap: a sink keeps
-// order only within a partition. A key's rows are cut into segments of consecutive rows
-// with the same route; wave n sends every key's n-th segment, and a key whose
-// row failed (retryably) or was deferred sends nothing more. Most keys have
-// one segment, so most batches are one wave.
-func (w *Worker) sendInWaves(ctx context.Context, f *inflight, idx []int, msgs []*sink.Message, errs []error, state []int8) {
-	type segment struct {
-		n    int
-		tgt  int
-		dest string
-		key  []byte
-	}
-	waves := make([]int, len(idx))
-	segs := make(map[string]*segment, len(idx))
-	last := 0
-	for j, i := range idx {
-		dest, key, tgt := msgs[i].Destination, routingKey(msgs[i]), f.tgt[i]
-		k := f.rows[i].OrderKey
-		s := segs[k]
-		switch {
-		case s == nil:
-			segs[k] = &segment{tgt: tgt, dest: dest, key: key}
-		case s.tgt != tgt || s.dest != dest || !bytes.Equal(s.key, key):
-			s.n++
-			s.tgt, s.dest, s.key = tgt, dest, key
-			waves[j] = s.n
-			last = max(last, s.n)
-		default:
-			waves[j] = s.n
-		}
-	}
-	if last == 0 {
-		w.send(ctx, f, idx, msgs, errs, state)
+// sendPlanned publishes the rows at idx in the waves the order plan gives.
+func (w *Worker) sendPlanned(ctx context.Context, a *attempt, idx []int) {
+	if len(idx) == 0 {
 		return
 	}
-	stopped := map[string]bool{}
-	for wave := 0; wave <= last; wave++ {
-		var batch []int
-		for j, i := range idx {
-			if waves[j] != wave {
-				continue
-			}
-			if stopped[f.rows[i].OrderKey] {
-				state[i] = stateDeferred
-				continue
-			}
-			batch = append(batch, i)
+	if !w.o.Ordering {
+		w.send(ctx, a, idx)
+		return
+	}
+	f := a.f
+	sameDest := func(i, j int) bool {
+		return f.tgt[i] == f.tgt[j] && a.msgs[i].Destination == a.msgs[j].Destination &&
+			bytes.Equal(routingKey(a.msgs[i]), routingKey(a.msgs[j]))
+	}
+	p := order.NewPlan(a.keys, idx, sameDest)
+	for wave := range p.Waves() {
+		send, held := p.Wave(wave)
+		for _, i := range held {
+			a.results[i] = order.NotSent
 		}
-		w.send(ctx, f, batch, msgs, errs, state)
-		for _, i := range batch {
-			if state[i] == stateDeferred || (errs[i] != nil && !sink.IsTerminal(errs[i])) {
-				stopped[f.rows[i].OrderKey] = true
-			}
+		w.send(ctx, a, send)
+		for _, i := range send {
+			p.Record(i, a.results[i])
 		}
 	}
 }
@@ -184,97 +132,106 @@ func routingKey(m *sink.Message) []byte {
 	return m.Key
 }
 
-// send publishes the rows at idx that are not fenced; fenced rows are
-// deferred.
-func (w *Worker) send(ctx context.Context, f *inflight, idx []int, msgs []*sink.Message, errs []error, state []int8) {
-	if len(idx) == 0 {
-		return
-	}
+// send publishes the rows at idx that the order book lets go; the others are
+// not sent.
+func (w *Worker) send(ctx context.Context, a *attempt, idx []int) {
 	batch := make([]*sink.Message, 0, len(idx))
 	sent := make([]int, 0, len(idx))
 	tgt := make([]int, 0, len(idx))
-	if w.o.Ordering {
-		w.mu.Lock()
-		for _, i := range idx {
-			if w.fencedLocked(f.rows[i].OrderKey, f.seq) {
-				state[i] = stateDeferred
-			}
-		}
-		w.mu.Unlock()
-	}
 	for _, i := range idx {
-		if state[i] == stateDeferred || ctx.Err() != nil {
-			state[i] = stateDeferred
+		if ctx.Err() != nil {
+			a.results[i] = order.NotSent
 			continue
 		}
-		batch = append(batch, msgs[i])
+		if a.f.ticket != nil {
+			if ok, until := w.book.May(a.f.ticket, a.keys[i]); !ok {
+				a.results[i], a.at[i] = order.NotSent, until
+				continue
+			}
+		}
+		batch = append(batch, a.msgs[i])
 		sent = append(sent, i)
-		tgt = append(tgt, f.tgt[i])
+		tgt = append(tgt, a.f.tgt[i])
 	}
 	if len(batch) == 0 {
 		return
 	}
 	res := w.publishTo(ctx, batch, tgt)
 	for j, i := range sent {
-		errs[i] = res[j]
+		err := res[j]
+		a.errs[i] = err
+		switch until, unavailable := sink.IsUnavailable(err); {
+		case err == nil:
+			a.results[i] = order.OK
+		case unavailable:
+			a.results[i], a.at[i] = order.Unavailable, until
+		case sink.IsTerminal(err):
+			a.results[i] = order.Terminal
+		default:
+			a.results[i] = order.Failed
+		}
 	}
 }
 
-// decide turns results into the batch's outcome, walking rows in order so
-// that a key's first failure defers the rest of that key.
-func (w *Worker) decide(f *inflight, msgs []*sink.Message, errs []error, state []int8) {
-	// failedKey records a key's first failure in this batch: a later row of
-	// the key that failed too did so because of it (the sink fails or holds
-	// back the rest of the key) and is deferred, not charged an attempt. A
-	// later row delivered after a retryable failure is a violation; after a
-	// terminal one it is not, as the failed row will never be published.
-	const (
-		failedTerminal = 1
-		failedRetry    = 2
-	)
-	failedKey := map[string]int8{}
-	for i := range f.rows {
+// decide turns the results into the batch's outcome: the order book's
+// verdict for each row, the retry budget and the backoff.
+func (w *Worker) decide(a *attempt) {
+	f := a.f
+	v := order.Judge(a.keys, a.results, w.o.Ordering)
+	f.violation = v.Violations
+	now := time.Now()
+	for i, fate := range v.Fates {
+		if fate != order.Retry {
+			continue
+		}
 		r := &f.rows[i]
-		if state[i] == stateDeferred {
-			f.deferred = append(f.deferred, i)
+		budget := w.o.MaxAttempts
+		if r.MaxAttempts > 0 {
+			budget = r.MaxAttempts
+		}
+		if r.Attempts+1 >= budget {
+			v.Fates[i] = order.Dead
 			continue
 		}
-		err := errs[i]
-		if msgs[i] == nil { // could not be built: terminal
-			f.outcome.Dead = append(f.outcome.Dead, deadLetter(i, r, r.Attempts+1, err.Error(), false))
-			continue
-		}
-		if prior := failedKey[r.OrderKey]; w.o.Ordering && prior != 0 {
-			if err != nil {
-				f.deferred = append(f.deferred, i)
-				continue
-			}
-			if prior == failedRetry {
-				f.violation++
-			}
-		}
-		switch {
-		case err == nil:
+		a.at[i] = now.Add(retryDelay(w.o.Backoff, r.Attempts+1, a.errs[i]))
+	}
+	f.held = order.Schedule(a.keys, v.Fates, a.at, now.Add(w.holdFloor()))
+	for i, fate := range v.Fates {
+		r := &f.rows[i]
+		switch fate {
+		case order.Published:
 			f.outcome.Published = append(f.outcome.Published, i)
-		case sink.IsTerminal(err):
-			failedKey[r.OrderKey] = failedTerminal
-			f.outcome.Dead = append(f.outcome.Dead, deadLetter(i, r, r.Attempts+1, err.Error(), false))
-		default:
-			failedKey[r.OrderKey] = failedRetry
-			attempts := r.Attempts + 1
-			budget := w.o.MaxAttempts
-			if r.MaxAttempts > 0 {
-				budget = r.MaxAttempts
-			}
-			if attempts >= budget {
-				reason := fmt.Sprintf("retry budget spent after %d attempts: %v", attempts, err)
+		case order.Dead:
+			if a.results[i] == order.Failed {
+				attempts := r.Attempts + 1
+				reason := fmt.Sprintf("retry budget spent after %d attempts: %v", attempts, a.errs[i])
 				f.outcome.Dead = append(f.outcome.Dead, deadLetter(i, r, attempts, reason, true))
 				continue
 			}
-			f.outcome.Retry = append(f.outcome.Retry, source.Retry{Index: i, Attempts: attempts,
-				At: time.Now().Add(retryDelay(w.o.Backoff, attempts, err)), Err: err.Error()})
+			f.outcome.Dead = append(f.outcome.Dead, deadLetter(i, r, r.Attempts+1, a.errs[i].Error(), false))
+		case order.Retry:
+			f.outcome.Retry = append(f.outcome.Retry, source.Retry{Index: i, Attempts: r.Attempts + 1,
+				At: a.at[i], Err: a.errs[i].Error()})
+		case order.Hold:
+			f.holds++
+			f.outcome.Retry = append(f.outcome.Retry, source.Retry{Index: i, Attempts: r.Attempts,
+				At: a.at[i], Err: holdReason(a.results[i], a.errs[i])})
 		}
 	}
+}
+
+// holdFloor is the least time a held row waits: long enough for the batches
+// claimed before its hold to finish, so that the next claim takes its key
+// from its first pending row.
+func (w *Worker) holdFloor() time.Duration {
+	return max(w.o.PollMin, min(w.o.Backoff.Initial, time.Second), 100*time.Millisecond)
+}
+
+func holdReason(r order.Result, err error) string {
+	if r == order.Unavailable || (r != order.NotSent && err != nil) {
+		return "held: " + err.Error()
+	}
+	return "held: an earlier row of its key is pending"
 }
 
 func deadLetter(i int, r *source.Row, attempts int, reason string, exhausted bool) source.Dead {

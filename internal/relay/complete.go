@@ -9,62 +9,25 @@ import (
 )
 
 // complete commits one batch's outcome (or releases it when the shutdown
-// deadline has passed), then fences keys that must wait and frees the
-// batch's keys. Batches complete in claim order.
+// deadline has passed), then tells the order book how the batch ended.
+// Batches complete in claim order.
 func (w *Worker) complete(hard context.Context, f *inflight) {
 	<-f.published
 	var err error
 	if hard.Err() != nil {
 		err = errReleased
-		_ = f.batch.Release(context.Background())
+		// The shutdown deadline has passed: the rollback gets a moment of
+		// its own, not for ever (a dead connection ends the transaction
+		// on the server anyway).
+		rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+		_ = f.batch.Release(rctx)
+		cancel()
 	} else if err = f.batch.Complete(hard, f.outcome); err != nil {
 		w.log.Error("complete batch failed; its rows return to the pending set", "err", err, "rows", len(f.rows))
 	}
-
-	var fenceKeys []string
-	if w.o.Ordering {
-		if err != nil {
-			for i := range f.rows {
-				fenceKeys = append(fenceKeys, f.rows[i].OrderKey)
-			}
-		} else {
-			for _, r := range f.outcome.Retry {
-				fenceKeys = append(fenceKeys, f.rows[r.Index].OrderKey)
-			}
-			for _, i := range f.deferred {
-				fenceKeys = append(fenceKeys, f.rows[i].OrderKey)
-			}
-		}
+	if f.ticket != nil {
+		w.book.Finish(f.ticket, f.held, err == nil, time.Now())
 	}
-	w.mu.Lock()
-	if len(fenceKeys) > 0 {
-		// Claims started up to now may hold later rows of these keys and
-		// could not see this commit: they defer them.
-		seq := w.claimSeq.Load()
-		for _, k := range fenceKeys {
-			w.fence[k] = seq
-		}
-		w.fenceLog = append(w.fenceLog, fenceEntry{seq: seq, keys: fenceKeys})
-	}
-	// Fences that only concern batches up to this one are spent.
-	for len(w.fenceLog) > 0 && w.fenceLog[0].seq <= f.seq {
-		e := w.fenceLog[0]
-		for _, k := range e.keys {
-			if w.fence[k] == e.seq {
-				delete(w.fence, k)
-			}
-		}
-		w.fenceLog = w.fenceLog[1:]
-	}
-	if w.o.Ordering {
-		for i := range f.rows {
-			if k := f.rows[i].OrderKey; w.lastByKey[k] == f {
-				delete(w.lastByKey, k)
-			}
-		}
-	}
-	w.mu.Unlock()
-	close(f.done)
 	if m := w.o.Metrics; m != nil {
 		m.InflightBatches.Dec()
 	}
@@ -73,6 +36,9 @@ func (w *Worker) complete(hard context.Context, f *inflight) {
 	}
 }
 
+// releaseTimeout bounds giving a batch back after the shutdown deadline.
+const releaseTimeout = 2 * time.Second
+
 // account updates metrics and the counters recorded in relay_state.
 func (w *Worker) account(f *inflight) {
 	o := f.outcome
@@ -80,7 +46,7 @@ func (w *Worker) account(f *inflight) {
 	if m := w.o.Metrics; m != nil {
 		m.Published.Add(float64(len(o.Published)))
 		m.Retried.Add(float64(len(o.Retry)))
-		m.Deferred.Add(float64(len(f.deferred)))
+		m.Deferred.Add(float64(f.holds))
 		for _, d := range o.Dead {
 			reason := metrics.ReasonTerminal
 			if d.Exhausted {
@@ -96,7 +62,7 @@ func (w *Worker) account(f *inflight) {
 		}
 	}
 	if f.violation > 0 {
-		w.log.Error("sink delivered rows after an earlier row of their key failed", "rows", f.violation)
+		w.log.Error("sink delivered rows after an earlier row of their key was left pending", "rows", f.violation)
 	}
 	if len(o.Dead) > 0 {
 		for _, d := range o.Dead {

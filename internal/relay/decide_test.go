@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/order"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -37,7 +38,7 @@ type step struct {
 	payload     string
 }
 
-// runDecide builds a Worker and an inflight batch for steps and runs decide.
+// runDecide builds a Worker and a published batch for steps and runs decide.
 func runDecide(t *testing.T, ordering bool, maxAttempts int, steps []step) (*inflight, time.Time, time.Time) {
 	t.Helper()
 	w := NewWorker(Options{
@@ -46,9 +47,8 @@ func runDecide(t *testing.T, ordering bool, maxAttempts int, steps []step) (*inf
 	})
 	n := len(steps)
 	f := &inflight{seq: 1, rows: make([]source.Row, n)}
-	msgs := make([]*sink.Message, n)
-	errs := make([]error, n)
-	state := make([]int8, n)
+	a := &attempt{f: f, msgs: make([]*sink.Message, n), errs: make([]error, n),
+		results: make([]order.Result, n), at: make([]time.Time, n), keys: make([]string, n)}
 	for i, s := range steps {
 		payload := s.payload
 		if payload == "" {
@@ -58,19 +58,30 @@ func runDecide(t *testing.T, ordering bool, maxAttempts int, steps []step) (*inf
 			ID: fmt.Sprint(i + 1), Payload: []byte(payload), Topic: "t", TopicOK: true,
 			OrderKey: s.key, Attempts: s.attempts, MaxAttempts: s.maxAttempts,
 		}
+		if ordering {
+			a.keys[i] = s.key
+		}
 		switch {
 		case s.unbuilt != nil:
-			errs[i] = s.unbuilt
+			a.errs[i], a.results[i] = s.unbuilt, order.Invalid
 		case s.deferred:
-			msgs[i] = &sink.Message{ID: f.rows[i].ID}
-			state[i] = stateDeferred
+			a.msgs[i] = &sink.Message{ID: f.rows[i].ID}
+			a.results[i] = order.NotSent
 		default:
-			msgs[i] = &sink.Message{ID: f.rows[i].ID}
-			errs[i] = s.err
+			a.msgs[i] = &sink.Message{ID: f.rows[i].ID}
+			a.errs[i] = s.err
+			switch {
+			case s.err == nil:
+				a.results[i] = order.OK
+			case sink.IsTerminal(s.err):
+				a.results[i] = order.Terminal
+			default:
+				a.results[i] = order.Failed
+			}
 		}
 	}
 	before := time.Now()
-	w.decide(f, msgs, errs, state)
+	w.decide(a)
 	return f, before, time.Now()
 }
 
@@ -80,20 +91,28 @@ type retryView struct {
 	Err             string
 }
 
-func retries(rs []source.Retry) []retryView {
-	var out []retryView
-	for _, r := range rs {
-		out = append(out, retryView{r.Index, r.Attempts, r.Err})
+// retries splits a batch's retry entries into charged retries and held
+// rows (left pending with their attempts unchanged).
+func retries(f *inflight) (charged []retryView, held []int) {
+	for _, r := range f.outcome.Retry {
+		if r.Attempts == f.rows[r.Index].Attempts {
+			held = append(held, r.Index)
+			continue
+		}
+		charged = append(charged, retryView{r.Index, r.Attempts, r.Err})
 	}
-	return out
+	return charged, held
 }
 
 // checkRetryAt checks that each retry is due within the backoff of its
 // attempt count (Initial 1s, Max 1m) from when decide ran.
-func checkRetryAt(t *testing.T, rs []source.Retry, before, after time.Time) {
+func checkRetryAt(t *testing.T, f *inflight, before, after time.Time) {
 	t.Helper()
 	b := Backoff{Initial: time.Second, Max: time.Minute}
-	for _, r := range rs {
+	for _, r := range f.outcome.Retry {
+		if r.Attempts == f.rows[r.Index].Attempts {
+			continue // held, not charged
+		}
 		nominal := b.Initial
 		for i := 1; i < r.Attempts && nominal < b.Max; i++ {
 			nominal *= 2
@@ -120,14 +139,15 @@ func checkDecide(t *testing.T, f *inflight, want decideWant) {
 	if !slices.Equal(f.outcome.Published, want.published) {
 		t.Errorf("published = %v, want %v", f.outcome.Published, want.published)
 	}
-	if got := retries(f.outcome.Retry); !reflect.DeepEqual(got, want.retry) {
+	got, held := retries(f)
+	if !reflect.DeepEqual(got, want.retry) {
 		t.Errorf("retry = %+v, want %+v", got, want.retry)
+	}
+	if !slices.Equal(held, want.deferred) || f.holds != len(want.deferred) {
+		t.Errorf("held = %v (%d), want %v", held, f.holds, want.deferred)
 	}
 	if !reflect.DeepEqual(f.outcome.Dead, want.dead) {
 		t.Errorf("dead = %+v, want %+v", f.outcome.Dead, want.dead)
-	}
-	if !slices.Equal(f.deferred, want.deferred) {
-		t.Errorf("deferred = %v, want %v", f.deferred, want.deferred)
 	}
 	if f.violation != want.violation {
 		t.Errorf("violation = %d, want %d", f.violation, want.violation)
@@ -143,7 +163,7 @@ func TestDecideOrderingDefersLaterRowsOfAFailedKey(t *testing.T) {
 		4: {key: "A", attempts: 4, err: errBroker}, // failed too: deferred, its own count kept
 		5: {key: "B", err: errBroker},              // B's first failure: retry, attempt 1
 		6: {key: "C", err: errBroker},              // a third key fails independently
-		7: {key: "A", err: errBadTopc},             // terminal, but after A failed: deferred
+		7: {key: "A", err: errBadTopc},             // terminal, but after A failed: held
 	}
 	f, before, after := runDecide(t, true, 5, steps)
 	checkDecide(t, f, decideWant{
@@ -155,7 +175,7 @@ func TestDecideOrderingDefersLaterRowsOfAFailedKey(t *testing.T) {
 		},
 		deferred: []int{3, 4, 7},
 	})
-	checkRetryAt(t, f.outcome.Retry, before, after)
+	checkRetryAt(t, f, before, after)
 }
 
 func TestDecideOrderingCountsViolations(t *testing.T) {
@@ -176,7 +196,7 @@ func TestDecideOrderingCountsViolations(t *testing.T) {
 		deferred:  []int{3},
 		violation: 3,
 	})
-	checkRetryAt(t, f.outcome.Retry, before, after)
+	checkRetryAt(t, f, before, after)
 }
 
 func TestDecideOrderingOffRowsAreIndependent(t *testing.T) {
@@ -201,7 +221,7 @@ func TestDecideOrderingOffRowsAreIndependent(t *testing.T) {
 			{Index: 6, Attempts: 1, Reason: "unknown topic", PayloadIsJSON: true},
 		},
 	})
-	checkRetryAt(t, f.outcome.Retry, before, after)
+	checkRetryAt(t, f, before, after)
 }
 
 func TestDecideTerminal(t *testing.T) {
@@ -269,7 +289,7 @@ func TestDecideBudget(t *testing.T) {
 		deferred:  []int{7},
 		violation: 1,
 	})
-	checkRetryAt(t, f.outcome.Retry, before, after)
+	checkRetryAt(t, f, before, after)
 }
 
 func TestDecideStateDeferred(t *testing.T) {
@@ -287,27 +307,49 @@ func TestDecideStateDeferred(t *testing.T) {
 	}
 }
 
-func TestDecideEmptyOrderKey(t *testing.T) {
-	// Without an order key the layout asked for one global order: "" is a
-	// key like any other.
+func TestDecideKeylessRowsStandAlone(t *testing.T) {
+	// Rows without a key have no order: one keyless row failing holds no
+	// other keyless row back; each failure is its own attempt.
 	steps := []step{
 		0: {err: errBroker},
-		1: {err: errHeldTst},
-		2: {key: "x"},
+		1: {err: errBroker},
+		2: {},
+		3: {key: "x"},
 	}
 	f, _, _ := runDecide(t, true, 5, steps)
 	checkDecide(t, f, decideWant{
-		published: []int{2},
-		retry:     []retryView{{0, 1, errBroker.Error()}},
-		deferred:  []int{1},
+		published: []int{2, 3},
+		retry:     []retryView{{0, 1, errBroker.Error()}, {1, 1, errBroker.Error()}},
 	})
+}
+
+func TestDecideUnavailableSinkHoldsUncharged(t *testing.T) {
+	until := time.Now().Add(time.Minute)
+	down := sink.Unavailable("k", until, errBroker)
+	w := NewWorker(Options{Name: "src", Sink: stubSink{}, Ordering: true, MaxAttempts: 1,
+		Backoff: Backoff{Initial: time.Second, Max: time.Minute}})
+	f := &inflight{seq: 1, rows: []source.Row{{ID: "1", OrderKey: "A", Attempts: 0}, {ID: "2", OrderKey: "A"}}}
+	a := &attempt{f: f, msgs: []*sink.Message{{ID: "1"}, {ID: "2"}}, errs: []error{down, down},
+		results: []order.Result{order.Unavailable, order.Unavailable}, at: []time.Time{until, until}, keys: []string{"A", "A"}}
+	w.decide(a)
+	if len(f.outcome.Dead) != 0 || len(f.outcome.Retry) != 2 || f.holds != 2 {
+		t.Fatalf("outcome = %+v; want both rows held, none dead even with a budget of 1", f.outcome)
+	}
+	for _, r := range f.outcome.Retry {
+		if r.Attempts != 0 || !r.At.Equal(until) {
+			t.Errorf("row %d held with %d attempts until %v; want 0 attempts until the sink's %v", r.Index, r.Attempts, r.At, until)
+		}
+	}
+	if !f.held["A"].Equal(until) {
+		t.Errorf("key A held until %v, want %v", f.held["A"], until)
+	}
 }
 
 func TestDecideAllPublished(t *testing.T) {
 	steps := []step{{key: "A"}, {key: "A"}, {key: "B"}}
 	f, _, _ := runDecide(t, true, 5, steps)
 	checkDecide(t, f, decideWant{published: []int{0, 1, 2}})
-	if f.outcome.Retry != nil || f.outcome.Dead != nil || f.deferred != nil {
-		t.Errorf("outcome = %+v, deferred = %v; want only published rows", f.outcome, f.deferred)
+	if f.outcome.Retry != nil || f.outcome.Dead != nil || f.holds != 0 {
+		t.Errorf("outcome = %+v, held = %d; want only published rows", f.outcome, f.holds)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/order"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -46,22 +47,13 @@ type Worker struct {
 	log     *slog.Logger
 	targets []target // [0] the source's sink, then one per route
 
-	claimSeq atomic.Uint64 // sequence number of the latest claim started
-
-	mu        sync.Mutex
-	lastByKey map[string]*inflight // newest batch in flight holding each key
-	fence     map[string]uint64    // key -> claims up to this seq must defer it
-	fenceLog  []fenceEntry
+	// book decides which rows may go, across the batches in flight.
+	book *order.Book
 
 	statsMu  sync.Mutex
 	stats    source.Stats // not yet recorded
 	lastErr  atomic.Pointer[error]
 	lastPoll atomic.Int64 // unix nanos of the latest successful claim query
-}
-
-type fenceEntry struct {
-	seq  uint64
-	keys []string
 }
 
 // NewWorker checks opts and builds a worker.
@@ -82,11 +74,10 @@ func NewWorker(o Options) *Worker {
 		o.PollMax = o.PollMin
 	}
 	return &Worker{
-		o:         o,
-		log:       o.Logger.With("source", o.Name),
-		targets:   newTargets(o),
-		lastByKey: map[string]*inflight{},
-		fence:     map[string]uint64{},
+		o:       o,
+		log:     o.Logger.With("source", o.Name),
+		targets: newTargets(o),
+		book:    order.NewBook(),
 	}
 }
 
@@ -157,7 +148,7 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 		case <-ctx.Done():
 			return
 		}
-		seq := w.claimSeq.Add(1)
+		seq := w.book.StartClaim()
 		start := time.Now()
 		b, err := w.o.Store.Claim(ctx, w.o.BatchSize)
 		if err != nil {

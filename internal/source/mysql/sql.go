@@ -237,8 +237,10 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 			col("o", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds()))
 	}
 	if ordering {
+		// A key is held while a row of it backs off; rows without a key
+		// (order key '') hold nothing.
 		where = append(where, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = ? AND b.order_key = LEFT("+
-			orderKeySQL(l, "o")+fmt.Sprintf(", %d)", maxOrderKeyLen)+binCollation+" AND b.next_attempt_at > "+now+")")
+			orderKeySQL(l, "o")+fmt.Sprintf(", %d)", maxOrderKeyLen)+binCollation+" AND b.order_key <> '' AND b.next_attempt_at > "+now+")")
 	}
 	orderBy := col("o", l.OrderBy)
 	if l.OrderBy != l.ID.Name {

@@ -180,8 +180,10 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		where = append(where, col("o", l.XID)+" < pg_snapshot_xmin(pg_current_snapshot())")
 	}
 	if ordering {
+		// A key is held while a row of it backs off; rows without a key
+		// (order key '') hold nothing.
 		where = append(where, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = $1 AND b.order_key = "+
-			orderKeySQL(l, "o")+" AND b.next_attempt_at > now())")
+			orderKeySQL(l, "o")+" AND b.order_key <> '' AND b.next_attempt_at > now())")
 	}
 	orderBy := col("o", l.OrderBy)
 	if l.OrderBy != l.ID.Name {
