@@ -59,19 +59,18 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 
-	listeners := map[string]*postgres.Listener{}
-	listenerFor := func(db string) *postgres.Listener {
-		if l, ok := listeners[db]; ok {
-			return l
-		}
-		l := postgres.NewListener(a.cfg.Databases[db].DSN, a.cfg.RelaySchema, a.log.With("database", db))
-		listeners[db] = l
-		wg.Go(func() { _ = l.Run(ctx) })
-		return l
-	}
+	ls := &listeners{ctx: ctx, wg: &wg, start: func(db string) *postgres.Listener {
+		return postgres.NewListener(a.cfg.Databases[db].DSN, a.cfg.RelaySchema, a.log.With("database", db))
+	}}
+	listenerFor := ls.get
 	start := func(s *Source) error {
+		// Discovery rules run concurrently: reserve the name first.
+		r := &runningSource{}
 		a.mu.Lock()
 		_, dup := a.running[s.Name]
+		if !dup {
+			a.running[s.Name] = r
+		}
 		a.mu.Unlock()
 		if dup {
 			return nil
@@ -80,12 +79,11 @@ func (a *App) Run(ctx context.Context) error {
 		// trigger required but missing) fails the start.
 		build, err := a.prepare(ctx, s, listenerFor)
 		if err != nil {
+			a.mu.Lock()
+			delete(a.running, s.Name)
+			a.mu.Unlock()
 			return err
 		}
-		r := &runningSource{}
-		a.mu.Lock()
-		a.running[s.Name] = r
-		a.mu.Unlock()
 		a.log.Info("source started", "source", s.Name, "table", s.TableName(), "mode", s.Layout.Mode)
 		wg.Go(func() {
 			a.runLeased(ctx, s, r, build)
@@ -181,4 +179,30 @@ func (a *App) ensureTrigger(ctx context.Context, s *Source) (bool, error) {
 		return false, err
 	}
 	return true, nil
+}
+
+// listeners holds one NOTIFY listener per database, started on first use.
+// Discovery rules start sources concurrently, so it is locked.
+type listeners struct {
+	ctx   context.Context
+	wg    *sync.WaitGroup
+	start func(db string) *postgres.Listener
+
+	mu sync.Mutex
+	by map[string]*postgres.Listener
+}
+
+func (ls *listeners) get(db string) *postgres.Listener {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if l, ok := ls.by[db]; ok {
+		return l
+	}
+	if ls.by == nil {
+		ls.by = map[string]*postgres.Listener{}
+	}
+	l := ls.start(db)
+	ls.by[db] = l
+	ls.wg.Go(func() { _ = l.Run(ls.ctx) })
+	return l
 }

@@ -11,26 +11,21 @@
 //
 // # Per-key order
 //
-// Each row has an order key (the partition key, else the key). The relay
-// never publishes a row before every earlier row of its key has been
-// published or dead-lettered:
+// Each row has an order key (the partition key, else the key); rows without
+// one have no order. The relay never publishes a row before every earlier
+// row of its key has been published or dead-lettered. The database's part
+// is the claim: rows in the layout's order, skipping locked rows and keys
+// held in retry_state. Every in-memory decision (may this row go now, in
+// which wave, what does this result mean for the row and its key) belongs to
+// the order package: the worker registers each claimed batch with its order
+// book, sends what the book lets go in the waves the plan gives, has the
+// results judged, and tells the book how the commit ended.
 //
-//   - In the database, a row whose key has a row backing off in retry_state is
-//     not claimed (the claim query's NOT EXISTS), and rows are claimed in the
-//     layout's order.
-//   - Within a batch, rows of one key bound for one partition go to the sink
-//     in one Publish call, in order; the sink contract says a failure fails
-//     every later message of that key in the call. Later rows that failed
-//     only because an earlier one did are deferred, not counted as attempts,
-//     so a poison row cannot spend its followers' budget. When a key's rows
-//     change route (another topic, say), the later rows wait for the earlier
-//     ones' results (waves), since no broker orders across partitions.
-//   - Across batches in flight, a row whose key is held by an earlier batch
-//     waits until that batch commits. If the earlier batch scheduled a retry
-//     for the key (or failed to commit), the row is deferred: left pending,
-//     untouched, for a later claim that the database filter then holds back.
-//     Batches claimed before that commit check a per-key fence (the claim
-//     sequence number at commit time), since their snapshot could not see it.
+// A row left pending through no fault of its own (behind an earlier row of
+// its key, its sink unavailable, fenced) is held: written back with its
+// attempts unchanged and its key held in retry_state for a while, so that
+// the next claims skip the key until the batches claimed before have
+// finished, and then take it from its first pending row.
 //
 // Ordering can be turned off per source; then every row goes at once and
 // only its own backoff holds it.
