@@ -32,7 +32,7 @@ type simRow struct {
 	poison   bool
 	state    int // 0 pending, 1 published, 2 dead
 	attempts int
-	own      int // retryable failures of its own (not caused by an earlier row)
+	own      int       // retryable failures of its own (not caused by an earlier row)
 	until    time.Time // retry state: not due (and its key held) before this
 	lockedBy *simBatch
 }
