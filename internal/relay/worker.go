@@ -135,7 +135,11 @@ func (w *Worker) Run(ctx context.Context) error {
 	<-ackerDone
 	close(finished)
 	<-statsDone
-	w.flushStats(context.WithoutCancel(ctx))
+	// The last counts, within the bound a rollback gets: the database may
+	// be the reason for the shutdown.
+	fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	w.flushStats(fctx)
 	return nil
 }
 
