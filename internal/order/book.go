@@ -118,11 +118,30 @@ func (t *Ticket) Seq() uint64 { return t.seq }
 // time until which the key is held, when a batch that finished after this
 // one was claimed left the key waiting. Rows without a key always may.
 func (b *Book) May(t *Ticket, k string) (bool, time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.mayLocked(t, k)
+}
+
+// Sift asks May for the rows at idx (keys gives each row's order key) in one
+// go, and calls held for each row that may not go.
+func (b *Book) Sift(t *Ticket, keys []string, idx []int, held func(i int, until time.Time)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.fence) == 0 {
+		return
+	}
+	for _, i := range idx {
+		if ok, until := b.mayLocked(t, keys[i]); !ok {
+			held(i, until)
+		}
+	}
+}
+
+func (b *Book) mayLocked(t *Ticket, k string) (bool, time.Time) {
 	if k == "" {
 		return true, time.Time{}
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	f, ok := b.fence[k]
 	if ok && f.seq >= t.seq {
 		return false, f.until

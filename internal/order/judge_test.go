@@ -113,6 +113,16 @@ func TestBook(t *testing.T) {
 	if ok, _ := b.May(t2, "c"); !ok {
 		t.Fatal("c must go")
 	}
+	var sifted []int
+	b.Sift(t2, []string{"a", "c", "", "a"}, []int{0, 1, 2, 3}, func(i int, until time.Time) {
+		if !until.Equal(now.Add(5 * time.Second)) {
+			t.Errorf("Sift: row %d held until %v", i, until)
+		}
+		sifted = append(sifted, i)
+	})
+	if !slices.Equal(sifted, []int{0, 3}) {
+		t.Fatalf("Sift held rows %v, want the rows of a (0 and 3)", sifted)
+	}
 	// A batch claimed after that commit sees it in the database: no fence.
 	t3 := b.Begin(b.StartClaim(), []string{"a", "d"})
 	b.Finish(t2, nil, true, now)

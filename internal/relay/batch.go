@@ -138,16 +138,20 @@ func (w *Worker) send(ctx context.Context, a *attempt, idx []int) {
 	batch := make([]*sink.Message, 0, len(idx))
 	sent := make([]int, 0, len(idx))
 	tgt := make([]int, 0, len(idx))
+	var fenced map[int]bool
+	if a.f.ticket != nil {
+		w.book.Sift(a.f.ticket, a.keys, idx, func(i int, until time.Time) {
+			if fenced == nil {
+				fenced = map[int]bool{}
+			}
+			fenced[i] = true
+			a.at[i] = until
+		})
+	}
 	for _, i := range idx {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || fenced[i] {
 			a.results[i] = order.NotSent
 			continue
-		}
-		if a.f.ticket != nil {
-			if ok, until := w.book.May(a.f.ticket, a.keys[i]); !ok {
-				a.results[i], a.at[i] = order.NotSent, until
-				continue
-			}
 		}
 		batch = append(batch, a.msgs[i])
 		sent = append(sent, i)
