@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/relay"
@@ -15,8 +17,22 @@ type leaseStore interface {
 	Acquire(ctx context.Context, shard string, ttl time.Duration) (*source.Lease, error)
 	Renew(ctx context.Context, l *source.Lease, ttl time.Duration) (bool, error)
 	Release(ctx context.Context, l *source.Lease) error
-	// WaitForOwner returns once owner has no transaction open.
-	WaitForOwner(ctx context.Context, owner string) error
+	// EndOwner ends owner's claims on table and returns once none is
+	// left (or ctx ends); what it may not end it waits for, saying so
+	// through warn.
+	EndOwner(ctx context.Context, owner, table string, warn func(error)) error
+}
+
+// fenceOf returns the fence of the source's store: its batches complete only
+// while the lease they were claimed under is held (see source.Fence).
+func fenceOf(s *Source) *source.Fence {
+	if s.MySQL != nil {
+		return &s.MySQL.Store.Fence
+	}
+	if s.PG != nil {
+		return &s.PG.Fence
+	}
+	return nil
 }
 
 // settler is a store that can wait, after a hand-over, until the previous
@@ -35,15 +51,18 @@ func (a *App) leasesFor(s *Source) leaseStore {
 
 // runLeased relays a source only while this process holds its lease. A
 // replica that cannot get the lease stands by and retries every third of the
-// TTL; the holder renews at the same pace and, when a renewal fails or
-// finds the lease taken, stops claiming and finishes its batches. After a
-// hand-over the new holder first waits until the previous holder has no
-// transaction open, so their batches never overlap: per-key order holds
-// through the hand-over.
+// TTL; the holder renews at the same pace from the moment it has the lease
+// and, when a renewal fails or finds the lease taken, stops claiming and
+// finishes its batches, whose completions then fail: every batch is bound to
+// the lease term it was claimed under, checked in its completing
+// transaction. After a hand-over the new holder first ends the previous
+// holder's claim transactions on the table and claims nothing until they are
+// gone, so per-key order holds through the hand-over.
 func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build func() *relay.Worker) {
 	ttl := a.cfg.LeaseTTL.D()
 	leases := a.leasesFor(s)
 	log := a.log.With("source", s.Name)
+	fence := fenceOf(s)
 	standby := false
 	for ctx.Err() == nil {
 		l, err := leases.Acquire(ctx, s.Name, ttl)
@@ -58,36 +77,32 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 			continue
 		}
 		standby = false
-		if l.PreviousOwner != "" {
-			log.Info("took over the source", "previous_owner", l.PreviousOwner, "term", l.Term)
-			wait, cancel := context.WithTimeout(ctx, ttl)
-			if err := leases.WaitForOwner(wait, l.PreviousOwner); err != nil && ctx.Err() == nil {
-				log.Warn("previous owner still has transactions open; going ahead", "err", err)
-			}
-			cancel()
-			if st, ok := s.Store.(settler); ok {
-				// The rows the previous owner's batches may still hold are
-				// the first few batches' worth of pending rows.
-				n := max(s.Config.BatchSize, 1) * max(s.Config.Pipeline, 1) * 2
-				if err := st.Settle(ctx, n, ttl); err != nil && ctx.Err() == nil {
-					log.Warn("rows of the previous owner still locked; going ahead", "err", err)
-				}
-			}
-		}
-		w := build()
-		r.set(w)
 		wctx, stop := context.WithCancel(ctx)
 		renewed := make(chan struct{})
 		go func() {
 			defer close(renewed)
 			a.renew(wctx, leases, l, ttl, stop)
 		}()
-		retained := a.startRetention(wctx, s)
-		_ = w.Run(wctx)
+		if l.PreviousOwner != "" {
+			log.Info("took over the source", "previous_owner", l.PreviousOwner, "term", l.Term)
+			a.endPrevious(wctx, s, leases, l, log)
+		}
+		if wctx.Err() == nil {
+			if fence != nil {
+				fence.Set(l)
+			}
+			w := build()
+			r.set(w)
+			retained := a.startRetention(wctx, s)
+			_ = w.Run(wctx)
+			<-retained
+			r.set(nil)
+			if fence != nil {
+				fence.Set(nil)
+			}
+		}
 		stop()
 		<-renewed
-		<-retained
-		r.set(nil)
 		if ctx.Err() != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			if err := leases.Release(rctx, l); err != nil {
@@ -95,6 +110,33 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 			}
 			cancel()
 			return
+		}
+	}
+}
+
+// endPrevious ends the previous holder's claims and, on MySQL, waits until
+// the rows they held are free; it returns when that is done or ctx ended
+// (the lease was lost meanwhile, or the process is stopping).
+func (a *App) endPrevious(ctx context.Context, s *Source, leases leaseStore, l *source.Lease, log *slog.Logger) {
+	warn := func(err error) { log.Warn("previous owner's claims", "err", err) }
+	for {
+		err := leases.EndOwner(ctx, l.PreviousOwner, s.TableName(), warn)
+		if err == nil || ctx.Err() != nil {
+			break
+		}
+		warn(err)
+		sleepCtx(ctx, time.Second)
+	}
+	if st, ok := s.Store.(settler); ok {
+		// The rows the previous owner's batches may still hold are the
+		// first few batches' worth of pending rows.
+		n := max(s.Config.BatchSize, 1) * max(s.Config.Pipeline, 1) * 2
+		for ctx.Err() == nil {
+			err := st.Settle(ctx, n, a.cfg.LeaseTTL.D())
+			if err == nil {
+				return
+			}
+			warn(fmt.Errorf("rows of the previous owner still locked: %w", err))
 		}
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
 func httpGet(t *testing.T, url string) (int, string) {
@@ -178,16 +179,18 @@ func TestReplicasOneOwner(t *testing.T) {
 VALUES ('00000000-0000-0000-0000-00000000000%d', 'j', 'journey.created', '{"seq": %d}', gen_random_uuid(), clock_timestamp())`, i%5, i))
 		}
 	}
-	_, stop1 := runApp(t, mk())
-	time.Sleep(200 * time.Millisecond)
-	_, stop2 := runApp(t, mk())
+	a1, stop1 := runApp(t, mk())
+	waitFor(t, 10*time.Second, "the first replica to hold the source", func() (bool, string) {
+		var n int
+		_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.leases WHERE shard = 'jm' AND expires_at > now()").Scan(&n)
+		return n == 1, "no lease"
+	})
+	a2, stop2 := runApp(t, mk())
 	defer stop2()
 	insert(0, 100)
 	col.waitDistinct(t, 100, 20*time.Second)
-	var owners int
-	_ = pool.QueryRow(ctx, "SELECT count(DISTINCT owner) FROM outbox_relay.leases WHERE shard = 'jm'").Scan(&owners)
-	if owners != 1 {
-		t.Fatalf("%d owners of one source", owners)
+	if p1, p2 := published(t, a1, "jm"), published(t, a2, "jm"); p1 == 0 || p2 != 0 {
+		t.Fatalf("published by the first replica %v, by the second %v: want all by the first", p1, p2)
 	}
 	var term1 int64
 	_ = pool.QueryRow(ctx, "SELECT term FROM outbox_relay.leases WHERE shard = 'jm'").Scan(&term1)
@@ -212,5 +215,79 @@ VALUES ('00000000-0000-0000-0000-00000000000%d', 'j', 'journey.created', '{"seq"
 			t.Fatalf("key %s: %d after %d", r.Key, p.Seq, prev)
 		}
 		last[string(r.Key)] = p.Seq
+	}
+}
+
+// published reads a relay's events_published_total for source src.
+func published(t *testing.T, a *app.App, src string) float64 {
+	t.Helper()
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n float64
+	for _, mf := range mfs {
+		if mf.GetName() != "outbox_relay_events_published_total" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "source" && l.GetValue() == src {
+					n += m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return n
+}
+
+// TestTakeoverEndsTheFrozenHoldersClaim guards the hand-over: a holder
+// frozen with a claim open (its lease expired, its session alive) still
+// locks the first row of a key; the new holder ends that claim before it
+// claims anything, so the key's rows arrive in order. Without the ending,
+// the new holder claims past the locked row and publishes the key's second
+// row first (or never gets the first).
+func TestTakeoverEndsTheFrozenHoldersClaim(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed000)
+	c := kafkaCluster(t, kfake.SeedTopics(1, "journey.created"))
+	brokers := c.ListenAddrs()
+	col := collect(t, brokers, "journey.created")
+	cfg := baseConfig(dsn, brokers, config.Source{Name: "jm", Table: "journey_matcher.outbox", Preset: "published-flag", BatchSize: 20})
+	cfg.LeaseTTL = config.Duration(time.Second)
+	// The relay's schema, as the relay migrates it.
+	m, err := app.Open(ctx, cfg, testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	for i := range 2 {
+		pgtest.Exec(t, pool, fmt.Sprintf(`INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id, created_at)
+VALUES ('00000000-0000-0000-0000-000000000001', 'j', 'journey.created', '{"seq": %d}', gen_random_uuid(), clock_timestamp())`, i))
+	}
+	// The frozen holder: its lease, and its claim of the first row.
+	frozen := pgtest.Pool(t, dsn, postgres.ApplicationName("frozen"))
+	if l, err := postgres.NewLeases(frozen, "outbox_relay", "frozen").Acquire(ctx, "jm", time.Second); err != nil || l == nil {
+		t.Fatalf("frozen holder's lease: %v %v", l, err)
+	}
+	tx, err := frozen.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM journey_matcher.outbox WHERE payload->>'seq' = '0' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	runApp(t, cfg)
+	recs := col.waitDistinct(t, 2, 20*time.Second)
+	var p struct{ Seq int }
+	_ = json.Unmarshal(recs[0].Value, &p)
+	if p.Seq != 0 {
+		t.Fatalf("the key's second row arrived first")
 	}
 }

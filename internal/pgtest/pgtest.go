@@ -95,3 +95,20 @@ func WithUser(t testing.TB, dsn, user string) string {
 	u.User = url.User(user)
 	return u.String()
 }
+
+// Pool opens a pool on dsn whose sessions carry applicationName, closed when
+// the test ends.
+func Pool(t testing.TB, dsn, applicationName string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.RuntimeParams["application_name"] = applicationName
+	p, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}

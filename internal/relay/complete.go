@@ -2,6 +2,7 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
@@ -22,7 +23,10 @@ func (w *Worker) complete(hard context.Context, f *inflight) {
 		rctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
 		_ = f.batch.Release(rctx)
 		cancel()
-	} else if err = f.batch.Complete(hard, f.outcome); err != nil {
+	} else if err = f.batch.Complete(hard, f.outcome); errors.Is(err, source.ErrLeaseLost) {
+		w.log.Warn("lease lost: batch not completed, claims stop", "err", err, "rows", len(f.rows))
+		w.stopClaims()
+	} else if err != nil {
 		w.log.Error("complete batch failed; its rows return to the pending set", "err", err, "rows", len(f.rows))
 	}
 	if f.ticket != nil {

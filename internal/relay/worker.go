@@ -49,6 +49,8 @@ type Worker struct {
 
 	// book decides which rows may go, across the batches in flight.
 	book *order.Book
+	// stopClaims ends the claim loop (set by Run).
+	stopClaims context.CancelFunc
 
 	statsMu  sync.Mutex
 	stats    source.Stats // not yet recorded
@@ -130,7 +132,11 @@ func (w *Worker) Run(ctx context.Context) error {
 		w.statsLoop(ctx)
 	}()
 
-	w.claimLoop(ctx, hard, slots, ackQ)
+	// Claims stop when ctx ends, or when a completion finds the lease lost.
+	cctx, stopClaims := context.WithCancel(ctx)
+	defer stopClaims()
+	w.stopClaims = stopClaims
+	w.claimLoop(cctx, hard, slots, ackQ)
 	close(ackQ)
 	<-ackerDone
 	close(finished)
@@ -158,6 +164,10 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 		if err != nil {
 			<-slots
 			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, source.ErrLeaseLost) {
+				w.log.Warn("lease lost: no more claims", "err", err)
 				return
 			}
 			w.lastErr.Store(&err)

@@ -1,5 +1,10 @@
 package source
 
+import (
+	"errors"
+	"sync/atomic"
+)
+
 // Lease is a shard (a source) held by one relay process: the term grows
 // with every change of owner, so a previous owner can be told apart (and
 // fenced) after a hand-over.
@@ -9,3 +14,23 @@ type Lease struct {
 	Term          int64
 	PreviousOwner string // who held it before, when it changed hands
 }
+
+// ErrLeaseLost is returned by Batch.Complete when the lease under which the
+// batch was claimed is no longer held by its owner with the same term:
+// another replica took the source over. Nothing of the batch was recorded.
+var ErrLeaseLost = errors.New("lease lost: another replica holds the source")
+
+// Fence holds the lease a store's batches are claimed under. Every batch
+// remembers the lease of its claim, and its completing transaction checks,
+// with a shared lock on the lease row, that the lease is still held with
+// that term: a deposed holder can complete nothing. A store without a lease
+// (nil) completes unchecked.
+type Fence struct {
+	p atomic.Pointer[Lease]
+}
+
+// Set binds the store's next claims to l (nil: none).
+func (f *Fence) Set(l *Lease) { f.p.Store(l) }
+
+// Get returns the lease claims are bound to now, or nil.
+func (f *Fence) Get() *Lease { return f.p.Load() }

@@ -21,8 +21,9 @@ type batch struct {
 	conn      *sql.Conn // the claim's own connection, when its wait_timeout was set for it
 	tx        *sql.Tx
 	rows      []source.Row
-	id        string    // a uuid, recorded on acknowledged rows when the layout keeps claims
-	claimedAt time.Time // the server's time at the claim
+	id        string        // a uuid, recorded on acknowledged rows when the layout keeps claims
+	claimedAt time.Time     // the server's time at the claim
+	lease     *source.Lease // the lease the batch was claimed under, or nil
 }
 
 // done hands a connection taken for the claim back, its wait_timeout put
@@ -68,6 +69,14 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 
 func (b *batch) complete(ctx context.Context, o source.Outcome) error {
 	s := b.store
+	if b.lease != nil {
+		// A deposed holder completes nothing. The locking read sees the
+		// lease as it is now, whatever the transaction's snapshot, and
+		// holds it until the commit.
+		if err := b.checkLease(ctx, " LOCK IN SHARE MODE"); err != nil {
+			return err
+		}
+	}
 	var clear []string
 	if len(o.Published) > 0 {
 		ids := make([]string, len(o.Published))
@@ -283,4 +292,20 @@ func chunks(ids []string) func(func([]string) bool) {
 			ids = ids[n:]
 		}
 	}
+}
+
+// checkLease fails with source.ErrLeaseLost when the lease the batch was
+// claimed under changed owner or term; lock is appended to the read.
+func (b *batch) checkLease(ctx context.Context, lock string) error {
+	l := b.lease
+	var one int
+	err := b.tx.QueryRowContext(ctx, "SELECT 1 FROM "+QuoteIdent(b.store.opts.RelayDatabase)+
+		".leases WHERE shard = ? AND owner = ? AND term = ?"+lock, l.Shard, l.Owner, l.Term).Scan(&one)
+	if errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("%w (term %d of %s)", source.ErrLeaseLost, l.Term, l.Shard)
+	}
+	if err != nil {
+		return fmt.Errorf("check lease: %w", err)
+	}
+	return nil
 }

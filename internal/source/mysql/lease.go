@@ -216,6 +216,75 @@ func (l *Leases) Release(ctx context.Context, ls *Lease) error {
 	return nil
 }
 
+// EndOwner ends the previous owner's claims after a hand-over and returns
+// once none is left: it kills every transaction of owner's connections (see
+// WaitForOwner) that began before the call (a user may kill its own
+// connections), until two readings find none. Transactions the owner begins
+// later fail their lease check and are left alone, so the owner's other
+// sources are not held up. table is not used: transactions are not
+// attributed to tables. A connection it may not kill is waited for instead,
+// and said so in the error passed to warn. Without the PROCESS privilege it
+// waits, as WaitForOwner does.
+func (l *Leases) EndOwner(ctx context.Context, owner string, _ string, warn func(error)) error {
+	prefix := ownerConnPrefix(owner)
+	var since string // the server's clock, as INNODB_TRX reads it
+	if err := l.db.QueryRowContext(ctx, "SELECT CAST(NOW() AS CHAR)").Scan(&since); err != nil {
+		return fmt.Errorf("look for the previous owner's transactions: %w", err)
+	}
+	quiet := false
+	for {
+		ids, err := l.ownerTransactions(ctx, prefix, since)
+		if err != nil {
+			var me *gomysql.MySQLError
+			if errors.As(err, &me) && (me.Number == 1227 || me.Number == 1142) {
+				return l.WaitForOwner(ctx, owner)
+			}
+			return fmt.Errorf("look for the previous owner's transactions: %w", err)
+		}
+		// INNODB_TRX is a cache refreshed at most ten times a second: only
+		// two readings of none far enough apart mean none.
+		if len(ids) == 0 {
+			if quiet {
+				return nil
+			}
+			quiet = true
+		} else {
+			quiet = false
+		}
+		for _, id := range ids {
+			if _, err := l.db.ExecContext(ctx, fmt.Sprintf("KILL %d", id)); err != nil && warn != nil && ctx.Err() == nil {
+				warn(fmt.Errorf("end the previous owner's connection %d: %w; waiting for it instead", id, err))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(150 * time.Millisecond):
+		}
+	}
+}
+
+// ownerTransactions lists the connections of the owner named by prefix with
+// a transaction open since before since (INNODB_TRX counts whole seconds).
+func (l *Leases) ownerTransactions(ctx context.Context, prefix, since string) ([]int64, error) {
+	rows, err := l.db.QueryContext(ctx, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
+WHERE t.trx_mysql_thread_id <> CONNECTION_ID() AND t.trx_started <= ?
+  AND IS_USED_LOCK(CONCAT(?, t.trx_mysql_thread_id)) = t.trx_mysql_thread_id`, since, prefix)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, rows.Err()
+}
+
 // WaitForOwner waits until no connection of owner has a transaction open
 // (its claims are then committed or rolled back), or until ctx ends. It is
 // what keeps a stalled previous owner's batches from overlapping with the

@@ -120,6 +120,10 @@ type Store struct {
 
 	mu      sync.Mutex
 	columns []tableColumn // the table's columns, looked up on first need
+
+	// Fence binds claims to the lease they are made under; a batch
+	// completes only while that lease is still held (see source.Fence).
+	Fence source.Fence
 }
 
 // New builds the store of one source; the layout must be resolved against
@@ -166,7 +170,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		// locks would block the application's inserts while a batch is held.
 		opts = &sql.TxOptions{Isolation: sql.LevelReadCommitted}
 	}
-	b := &batch{store: s}
+	b := &batch{store: s, lease: s.Fence.Get()}
 	var err error
 	// database/sql rolls a transaction back when the context it began with
 	// ends. The claim's context ends when the relay stops claiming, while
@@ -201,6 +205,17 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 			return nil, fmt.Errorf("claim: rollback: %w", err)
 		}
 		return nil, nil
+	}
+	if b.lease != nil {
+		// Checked after the rows are locked: a takeover committed before
+		// this read is seen here, and one committed after it finds this
+		// transaction open and ends it (Leases.EndOwner) before the new
+		// holder claims anything.
+		if err := b.checkLease(ctx, ""); err != nil {
+			_ = b.tx.Rollback()
+			b.done()
+			return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+		}
 	}
 	if s.sql.ackClaim {
 		b.id = newBatchID()

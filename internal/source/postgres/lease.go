@@ -125,27 +125,38 @@ func ApplicationName(owner string) string {
 	return n
 }
 
-// WaitForOwner waits until no connection of owner has a transaction open
-// (its claims are then committed or rolled back), or until ctx ends. It is
-// what keeps a stalled previous owner's batches from overlapping with the
-// new owner's after a hand-over.
-func (l *Leases) WaitForOwner(ctx context.Context, owner string) error {
+// EndOwner ends the previous owner's claims on table after a hand-over and
+// returns once none is left: it terminates every session of owner that has
+// a transaction open holding a lock on table (a role may end its own role's
+// sessions), then waits until they are gone. A session it may not end (run
+// by another role) is waited for instead, and said so in the error passed
+// to warn. It returns only when no such session is left, or when ctx ends:
+// the new owner claims nothing before.
+func (l *Leases) EndOwner(ctx context.Context, owner string, table string, warn func(error)) error {
 	for {
-		var open int
-		// Another role's sessions show no transaction state: count them as
-		// possibly in a transaction (the wait is bounded by the caller).
-		err := l.pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
-WHERE application_name = $1 AND (xact_start IS NOT NULL OR state IS NULL) AND pid <> pg_backend_pid()`, ApplicationName(owner)).Scan(&open)
+		rows, err := l.pool.Query(ctx, `SELECT a.pid FROM pg_stat_activity a
+WHERE a.application_name = $1 AND a.pid <> pg_backend_pid()
+  AND (a.xact_start IS NOT NULL OR a.state IS NULL)
+  AND EXISTS (SELECT 1 FROM pg_locks k WHERE k.pid = a.pid AND k.relation = to_regclass($2))`, ApplicationName(owner), table)
 		if err != nil {
-			return fmt.Errorf("look for the previous owner's transactions: %w", err)
+			return fmt.Errorf("look for the previous owner's claims: %w", err)
 		}
-		if open == 0 {
+		pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+		if err != nil {
+			return fmt.Errorf("look for the previous owner's claims: %w", err)
+		}
+		if len(pids) == 0 {
 			return nil
+		}
+		for _, pid := range pids {
+			if _, err := l.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil && warn != nil && ctx.Err() == nil {
+				warn(fmt.Errorf("end the previous owner's session %d: %w; waiting for it instead", pid, err))
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(100 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }

@@ -55,22 +55,5 @@ func TestLeases(t *testing.T) {
 	if err != nil || lc == nil || lc.Term != 3 || lc.PreviousOwner != "b" {
 		t.Fatalf("c over a gone owner: %+v %v", lc, err)
 	}
-	// WaitForOwner returns once the previous owner has no transaction open.
-	tx, err := aConn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, "SELECT 1"); err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
-	if err := c.WaitForOwner(wctx, "a"); err == nil {
-		t.Fatal("WaitForOwner returned while a's transaction was open")
-	}
-	cancel()
-	_ = tx.Rollback(ctx)
-	if err := c.WaitForOwner(ctx, "a"); err != nil {
-		t.Fatal(err)
-	}
 	_ = aConn.Close(ctx)
 }

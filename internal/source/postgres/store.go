@@ -49,6 +49,9 @@ type Store struct {
 	opts  Options
 	sql   statements
 	begin string
+	// Fence binds claims to the lease they are made under; a batch
+	// completes only while that lease is still held (see source.Fence).
+	Fence source.Fence
 }
 
 // New builds the store of one source; the layout must be resolved against the
@@ -103,7 +106,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
 	}
-	b := &batch{store: s, tx: tx}
+	b := &batch{store: s, tx: tx, lease: s.Fence.Get()}
 	if s.sql.ackBatchID {
 		b.id = newBatchID()
 	}
@@ -131,6 +134,16 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 			return nil, fmt.Errorf("claim: rollback: %w", err)
 		}
 		return nil, nil
+	}
+	if b.lease != nil {
+		// Checked after the rows are locked: a takeover committed before
+		// this read is seen here, and one committed after it finds this
+		// transaction holding locks on the table and ends it (EndOwner)
+		// before the new holder claims anything.
+		if err := b.checkLease(ctx); err != nil {
+			_ = tx.Rollback(context.WithoutCancel(ctx))
+			return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+		}
 	}
 	return b, nil
 }
@@ -160,7 +173,8 @@ type batch struct {
 	tx    pgx.Tx
 	id    string // a uuid, recorded on acknowledged rows when the layout keeps claims
 	rows  []source.Row
-	ctids []pgtype.TID // the rows' addresses, for the acknowledgement
+	ctids []pgtype.TID  // the rows' addresses, for the acknowledgement
+	lease *source.Lease // the lease the batch was claimed under, or nil
 }
 
 func (b *batch) Rows() []source.Row { return b.rows }
@@ -240,6 +254,15 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	if len(clear) > 0 {
 		q.Queue(s.sql.clearRetry, s.opts.Source, clear)
 	}
+	if b.lease != nil {
+		// A deposed holder completes nothing. (A takeover committed after
+		// this read finds the transaction holding its rows locked and ends
+		// it before the new holder claims: see Leases.EndOwner.)
+		if err := b.checkLease(ctx); err != nil {
+			_ = b.tx.Rollback(context.WithoutCancel(ctx))
+			return fmt.Errorf("complete batch on %s: %w", s.opts.Table, err)
+		}
+	}
 	if q.Len() > 0 {
 		if err := b.tx.SendBatch(ctx, q).Close(); err != nil {
 			_ = b.tx.Rollback(context.WithoutCancel(ctx))
@@ -248,6 +271,23 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	}
 	if err := b.tx.Commit(ctx); err != nil {
 		return fmt.Errorf("complete batch on %s: commit: %w", s.opts.Table, err)
+	}
+	return nil
+}
+
+// checkLease fails with source.ErrLeaseLost when the lease the batch was
+// claimed under changed owner or term. The read takes no lock: a lock on
+// the lease row would hold up the owner's own renewals.
+func (b *batch) checkLease(ctx context.Context) error {
+	l := b.lease
+	var one int
+	err := b.tx.QueryRow(ctx, `SELECT 1 FROM `+QuoteIdent(b.store.opts.RelaySchema)+`.leases
+WHERE shard = $1 AND owner = $2 AND term = $3`, l.Shard, l.Owner, l.Term).Scan(&one)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("%w (term %d of %s)", source.ErrLeaseLost, l.Term, l.Shard)
+	}
+	if err != nil {
+		return fmt.Errorf("check lease: %w", err)
 	}
 	return nil
 }
