@@ -27,7 +27,9 @@ const (
 	colCreatedAt
 	colMaxRetries
 	colAttempts
-	colCtid // the row's physical address, for acknowledging it
+	colCtid     // the row's physical address, for acknowledging it
+	colTie      // its place in its transaction (see tieSQL)
+	colRetrying // whether it has a retry state
 	numClaimCols
 )
 
@@ -86,6 +88,26 @@ func decodeInt4(v []byte, format int16) (int, error) {
 		return int(int32(binary.BigEndian.Uint32(v))), nil
 	}
 	return strconv.Atoi(string(v))
+}
+
+func decodeInt8(v []byte, format int16) (int64, error) {
+	if format == pgtype.BinaryFormatCode {
+		if len(v) != 8 {
+			return 0, fmt.Errorf("int8 of %d bytes", len(v))
+		}
+		return int64(binary.BigEndian.Uint64(v)), nil
+	}
+	return strconv.ParseInt(string(v), 10, 64)
+}
+
+func decodeBool(v []byte, format int16) (bool, error) {
+	if format == pgtype.BinaryFormatCode {
+		if len(v) != 1 {
+			return false, fmt.Errorf("bool of %d bytes", len(v))
+		}
+		return v[0] == 1, nil
+	}
+	return string(v) == "t", nil
 }
 
 func decodeTimestamptz(v []byte, format int16) (time.Time, error) {

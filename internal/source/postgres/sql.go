@@ -139,6 +139,11 @@ func optColIfSet(alias, name, cast string) string {
 	return col(alias, name) + cast
 }
 
+// tieSQL is a row's position among the rows its transaction inserted: the
+// command id of the inserting statement, kept in the retry state once the
+// relay has updated the row (its new version carries the relay's).
+const tieSQL = "COALESCE(r.tie, o.cmin::text::bigint)"
+
 func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration) statements {
 	rs := QuoteIdent(relaySchema)
 	id := col("o", l.ID.Name)
@@ -160,6 +165,8 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		optCol("o", l.MaxRetries, "::int"),
 		attemptsSQL(l),
 		"o.ctid",
+		tieSQL,
+		"r.event_id IS NOT NULL",
 	}
 	for _, t := range l.Extra {
 		selectList = append(selectList, templateSQL(t, "o"))
@@ -187,7 +194,9 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 	}
 	orderBy := col("o", l.OrderBy)
 	if l.OrderBy != l.ID.Name {
-		orderBy += ", " + id
+		// Rows of one transaction share now(): they are ordered as their
+		// statements ran, then by id (rows of one statement).
+		orderBy += ", " + tieSQL + ", " + id
 	}
 	s.claim = fmt.Sprintf(`SELECT %s
 FROM %s o
@@ -238,8 +247,8 @@ FOR UPDATE OF o SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, id, 
 		s.retryRow = "UPDATE " + table + " o SET " + strings.Join(sets, ", ") +
 			" FROM unnest($1::text[], $2::int[], $3::text[]) AS u(id, attempts, err) WHERE " + id + " = u.id::" + l.ID.Type
 	}
-	s.retryState = `INSERT INTO ` + rs + `.retry_state AS t (source, event_id, order_key, attempts, next_attempt_at, last_error)
-SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::int[], $5::timestamptz[], $6::text[]) AS u
+	s.retryState = `INSERT INTO ` + rs + `.retry_state AS t (source, event_id, order_key, attempts, next_attempt_at, last_error, tie)
+SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::int[], $5::timestamptz[], $6::text[], $7::bigint[]) AS u
 ON CONFLICT (source, event_id) DO UPDATE SET order_key = excluded.order_key, attempts = excluded.attempts,
   next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error, updated_at = now()`
 	s.clearRetry = `DELETE FROM ` + rs + `.retry_state WHERE source = $1 AND event_id = ANY($2::text[])`

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -115,9 +116,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		vals, fds := rows.RawValues(), rows.FieldDescriptions()
 		err := decodeRow(vals, fds, &b.rows[len(b.rows)-1])
 		if err == nil {
-			var tid pgtype.TID
-			tid, err = decodeTID(vals[colCtid], fds[colCtid].Format)
-			b.ctids = append(b.ctids, tid)
+			err = b.decodeClaim(vals, fds)
 		}
 		if err != nil {
 			rows.Close()
@@ -173,8 +172,31 @@ type batch struct {
 	tx    pgx.Tx
 	id    string // a uuid, recorded on acknowledged rows when the layout keeps claims
 	rows  []source.Row
-	ctids []pgtype.TID  // the rows' addresses, for the acknowledgement
 	lease *source.Lease // the lease the batch was claimed under, or nil
+	// Per row, in the order of rows: its address, for the acknowledgement;
+	// its place in its transaction, kept when it backs off; whether it has
+	// a retry state, removed when it leaves the pending set.
+	ctids    []pgtype.TID
+	ties     []int64
+	retrying []bool
+}
+
+// decodeClaim appends what the batch keeps of a claimed row besides the row.
+func (b *batch) decodeClaim(vals [][]byte, fds []pgconn.FieldDescription) error {
+	tid, err := decodeTID(vals[colCtid], fds[colCtid].Format)
+	if err != nil {
+		return err
+	}
+	tie, err := decodeInt8(vals[colTie], fds[colTie].Format)
+	if err != nil {
+		return fmt.Errorf("tie: %w", err)
+	}
+	retrying, err := decodeBool(vals[colRetrying], fds[colRetrying].Format)
+	if err != nil {
+		return fmt.Errorf("retrying: %w", err)
+	}
+	b.ctids, b.ties, b.retrying = append(b.ctids, tid), append(b.ties, tie), append(b.retrying, retrying)
+	return nil
 }
 
 func (b *batch) Rows() []source.Row { return b.rows }
@@ -196,7 +218,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 		for i, idx := range o.Published {
 			r := &b.rows[idx]
 			tids[i] = b.ctids[idx]
-			if r.Attempts > 0 {
+			if b.retrying[idx] {
 				clear = append(clear, r.ID)
 			}
 		}
@@ -209,12 +231,13 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	if len(o.Retry) > 0 {
 		n := len(o.Retry)
 		ids, keys, errs := make([]string, n), make([]string, n), make([]string, n)
-		attempts, at := make([]int32, n), make([]time.Time, n)
+		attempts, at, ties := make([]int32, n), make([]time.Time, n), make([]int64, n)
 		for i, r := range o.Retry {
 			row := &b.rows[r.Index]
 			ids[i], keys[i], attempts[i], at[i], errs[i] = row.ID, row.OrderKey, int32(r.Attempts), r.At, truncate(r.Err)
+			ties[i] = b.ties[r.Index]
 		}
-		q.Queue(s.sql.retryState, s.opts.Source, ids, keys, attempts, at, errs)
+		q.Queue(s.sql.retryState, s.opts.Source, ids, keys, attempts, at, errs, ties)
 		if s.sql.retryRow != "" {
 			q.Queue(s.sql.retryRow, ids, attempts, errs)
 		}
@@ -239,7 +262,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 			if r.Headers != nil && d.HeadersAreJSON {
 				headers[i] = strPtr(string(r.Headers))
 			}
-			if r.Attempts > 0 {
+			if b.retrying[d.Index] {
 				clear = append(clear, r.ID)
 			}
 		}
