@@ -70,7 +70,7 @@ func (a *App) resolveMySQLTable(ctx context.Context, i int, cs config.Source, na
 	st := mysql.New(db, opts)
 	return &Source{
 		Name: name, Index: i, Config: cs, DSN: a.cfg.Databases[cs.Database].DSN, Layout: l, Routes: routes,
-		Store: st, MySQL: &MySQLSource{DB: db, Table: t, Store: st},
+		Store: st, MySQL: &MySQLSource{DB: db, Table: t, Store: st}, OrderGap: orderGap(cs, l, cols, false),
 	}, nil
 }
 

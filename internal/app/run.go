@@ -85,6 +85,9 @@ func (a *App) Run(ctx context.Context) error {
 			return err
 		}
 		a.log.Info("source started", "source", s.Name, "table", s.TableName(), "mode", s.Layout.Mode)
+		if s.OrderGap != "" {
+			a.log.Warn("per-key order is not provable on this table", "source", s.Name, "table", s.TableName(), "detail", s.OrderGap)
+		}
 		wg.Go(func() {
 			a.runLeased(ctx, s, r, build)
 		})

@@ -37,6 +37,18 @@ type Source struct {
 	// Routes are the source's routes with their columns checked against
 	// the table (sinks are connected when the source starts).
 	Routes []relay.Route
+	// OrderGap says when rows of one key can leave in another order than
+	// they were inserted, given the table's columns; empty when the order
+	// is proven or ordering is off.
+	OrderGap string
+}
+
+// orderGap is layout.OrderGap for a source with per-key ordering on.
+func orderGap(cs config.Source, l *layout.Layout, cols []layout.Column, statementOrder bool) string {
+	if cs.Ordering != nil && !*cs.Ordering {
+		return ""
+	}
+	return layout.OrderGap(l, cols, statementOrder)
 }
 
 // MySQLSource is a MySQL or MariaDB source's connections, table and store.
@@ -178,7 +190,7 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 		ClaimTimeout: cs.ClaimTimeout.D()})
 	return &Source{
 		Name: name, Index: i, Config: cs, Pool: pool, DSN: a.cfg.Databases[cs.Database].DSN, Table: t, Layout: l, Routes: routes,
-		Store: st, PG: st,
+		Store: st, PG: st, OrderGap: orderGap(cs, l, cols, true),
 	}, nil
 }
 

@@ -23,7 +23,11 @@ source's layout against its table, and compares the role's grants with what
 the layout needs: SELECT and UPDATE on each outbox table, DELETE only where
 the layout deletes delivered rows. It reports grants that are missing and
 grants that are more than needed (INSERT, DELETE, TRUNCATE). It exits non-zero
-when something is missing (with --strict, also when something is extra).`,
+when something is missing (with --strict, also when something is extra).
+
+It also warns when a table's columns cannot prove per-key order (for
+example random ids and a timestamp that rows of one multi-row INSERT
+share), naming the fix; a warning is not a problem.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := g.load()
 			if err != nil {
@@ -88,6 +92,9 @@ when something is missing (with --strict, also when something is extra).`,
 					line += "; more than needed: " + strings.Join(p.Extra, ", ")
 				}
 				fmt.Fprintln(out, line)
+				if s.OrderGap != "" {
+					fmt.Fprintf(out, "source %s: order: WARNING %s\n", s.Name, s.OrderGap)
+				}
 			}
 			if !skipSinks {
 				for _, name := range slices.Sorted(maps.Keys(cfg.Sinks)) {

@@ -10,11 +10,11 @@ import (
 // kafkaOutboxCols is seed 004's kafka_outbox as PostgreSQL describes it.
 func kafkaOutboxCols() []Column {
 	return []Column{
-		{"id", "bigint"}, {"batch_id", "character varying(36)"},
-		{"push_started_at", "timestamp without time zone"}, {"push_completed_at", "timestamp without time zone"},
-		{"topic", "character varying(255)"}, {"payload_json", "text"}, {"payload_headers", "text"},
-		{"push_attempts", "integer"}, {"key", "character varying(255)"}, {"partition_key", "character varying(255)"},
-		{"errored", "smallint"}, {"error_reason", "text"}, {"created_at", "timestamp without time zone"},
+		{Name: "id", Type: "bigint"}, {Name: "batch_id", Type: "character varying(36)"},
+		{Name: "push_started_at", Type: "timestamp without time zone"}, {Name: "push_completed_at", Type: "timestamp without time zone"},
+		{Name: "topic", Type: "character varying(255)"}, {Name: "payload_json", Type: "text"}, {Name: "payload_headers", Type: "text"},
+		{Name: "push_attempts", Type: "integer"}, {Name: "key", Type: "character varying(255)"}, {Name: "partition_key", Type: "character varying(255)"},
+		{Name: "errored", Type: "smallint"}, {Name: "error_reason", Type: "text"}, {Name: "created_at", Type: "timestamp without time zone"},
 	}
 }
 
@@ -52,7 +52,7 @@ func TestErroredBooleanColumn(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := append(cols("id", "payload", "topic", "status"), Column{"dead", "boolean"})
+	c := append(cols("id", "payload", "topic", "status"), Column{Name: "dead", Type: "boolean"})
 	l, err := Resolve(merged, explicit, table, c)
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +105,6 @@ func TestClaimStateErrors(t *testing.T) {
 	}
 	// Mode delete has no row left to mark.
 	merged, explicit, _ = Merge("delete", config.Layout{State: config.State{Errored: "errored"}}, "")
-	_, err = Resolve(merged, explicit, "public.kafka_outbox", append(all, Column{"payload", "jsonb"}))
+	_, err = Resolve(merged, explicit, "public.kafka_outbox", append(all, Column{Name: "payload", Type: "jsonb"}))
 	wantFieldError(t, err, "state.errored", "not used with mode delete (a dead-lettered row is deleted)")
 }

@@ -17,6 +17,10 @@ type Column struct {
 	// Type is the SQL type as the database spells it (format_type), used
 	// for casts such as $1::uuid[].
 	Type string
+	// Serial says the database fills the column in insert order: an
+	// identity column or a sequence default (PostgreSQL), AUTO_INCREMENT
+	// (MySQL, MariaDB).
+	Serial bool
 }
 
 // Layout is a merged layout checked against a real table. Optional columns

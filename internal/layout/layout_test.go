@@ -555,11 +555,11 @@ func TestResolvePayloadFormatAndTypes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Resolve(l, explicit, table, []Column{{"id", "bigint"}, {"payload", "bytea"}, {"topic", "text"}, {"key", "text"}})
+	res, err := Resolve(l, explicit, table, []Column{{Name: "id", Type: "bigint"}, {Name: "payload", Type: "bytea"}, {Name: "topic", Type: "text"}, {Name: "key", Type: "text"}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.ID != (Column{"id", "bigint"}) || res.Payload != (Column{"payload", "bytea"}) {
+	if res.ID != (Column{Name: "id", Type: "bigint"}) || res.Payload != (Column{Name: "payload", Type: "bytea"}) {
 		t.Errorf("ID %+v Payload %+v, want the table's types", res.ID, res.Payload)
 	}
 }

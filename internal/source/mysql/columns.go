@@ -16,6 +16,7 @@ type tableColumn struct {
 	Name      string
 	Type      string // COLUMN_TYPE, or "json" (see Columns)
 	Generated bool
+	Serial    bool // AUTO_INCREMENT
 	Primary   bool // part of the primary key
 	Nullable  bool
 	MaxChars  int64 // the longest text the column holds, in characters; 0: no limit known
@@ -34,7 +35,7 @@ func Columns(ctx context.Context, db *sql.DB, t Table) ([]layout.Column, error) 
 	}
 	out := make([]layout.Column, len(cols))
 	for i, c := range cols {
-		out[i] = layout.Column{Name: c.Name, Type: c.Type}
+		out[i] = layout.Column{Name: c.Name, Type: c.Type, Serial: c.Serial}
 	}
 	return out, nil
 }
@@ -62,6 +63,7 @@ WHERE TABLE_SCHEMA = `+schemaExpr+` AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION
 			return nil, fmt.Errorf("describe %s: %w", t, err)
 		}
 		c.Generated = strings.Contains(strings.ToUpper(extra), "GENERATED")
+		c.Serial = strings.Contains(strings.ToUpper(extra), "AUTO_INCREMENT")
 		c.Primary = key == "PRI"
 		cols = append(cols, c)
 	}

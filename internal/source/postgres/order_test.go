@@ -108,3 +108,23 @@ func all(b source.Batch) []int {
 	}
 	return out
 }
+
+// TestColumnsSerial guards what tells check that a table proves its order:
+// identity columns and sequence defaults are filled in insert order, random
+// ids and timestamps are not.
+func TestColumnsSerial(t *testing.T) {
+	t.Parallel()
+	_, pool := migrated(t)
+	pgtest.Exec(t, pool, `CREATE TABLE s (a bigserial, b bigint GENERATED ALWAYS AS IDENTITY, c uuid DEFAULT gen_random_uuid(),
+  d timestamptz DEFAULT now(), e bigint)`)
+	cols, err := postgres.Columns(context.Background(), pool, postgres.Table{Schema: "public", Name: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{"a": true, "b": true, "c": false, "d": false, "e": false}
+	for _, c := range cols {
+		if c.Serial != want[c.Name] {
+			t.Errorf("column %s: serial %v, want %v", c.Name, c.Serial, want[c.Name])
+		}
+	}
+}

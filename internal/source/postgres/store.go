@@ -73,10 +73,12 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 
 // Columns describes the table's columns, for layout.Resolve.
 func Columns(ctx context.Context, pool *pgxpool.Pool, t Table) ([]layout.Column, error) {
-	rows, err := pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod)
+	rows, err := pool.Query(ctx, `SELECT a.attname, format_type(a.atttypid, a.atttypmod),
+  a.attidentity <> '' OR COALESCE(pg_get_expr(d.adbin, d.adrelid) LIKE 'nextval(%', false)
 FROM pg_attribute a
 JOIN pg_class c ON c.oid = a.attrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace
+LEFT JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
 WHERE n.nspname = $1 AND c.relname = $2 AND a.attnum > 0 AND NOT a.attisdropped
 ORDER BY a.attnum`, t.Schema, t.Name)
 	if err != nil {
@@ -84,7 +86,7 @@ ORDER BY a.attnum`, t.Schema, t.Name)
 	}
 	cols, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (layout.Column, error) {
 		var c layout.Column
-		err := r.Scan(&c.Name, &c.Type)
+		err := r.Scan(&c.Name, &c.Type, &c.Serial)
 		return c, err
 	})
 	if err != nil {
