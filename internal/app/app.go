@@ -4,6 +4,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -23,6 +24,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/sink/breaker"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
@@ -225,10 +227,15 @@ func (a *App) sink(name string) (sink.Publisher, error) {
 	if !ok {
 		return nil, fmt.Errorf("unknown sink %q", name)
 	}
-	p, err := a.newSink(name, sc)
+	inner, err := a.newSink(name, sc)
 	if err != nil {
 		return nil, fmt.Errorf("sinks.%s: %w", name, err)
 	}
+	gauge := a.metrics.SinkCircuit.WithLabelValues(name)
+	gauge.Set(0)
+	p := breaker.New(inner, breaker.Options{Name: name, Timeout: sc.Timeout.D(), Failures: sc.Circuit.Failures,
+		Cooldown: sc.Circuit.Cooldown.D(), MaxCooldown: sc.Circuit.MaxCooldown.D(),
+		OnState: func(s breaker.State) { gauge.Set(float64(s)) }, Logger: a.log})
 	a.sinks[name] = p
 	return p, nil
 }
@@ -237,11 +244,19 @@ func (a *App) sink(name string) (sink.Publisher, error) {
 func (a *App) Close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	// Sinks flush concurrently, within the shutdown timeout whatever the
+	// brokers do.
+	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(a.cfg.Shutdown.Timeout.D(), config.DefaultShutdownTimeout))
+	defer cancel()
+	var wg sync.WaitGroup
 	for name, s := range a.sinks {
-		if err := s.Close(context.Background()); err != nil {
-			a.log.Warn("close sink", "sink", name, "err", err)
-		}
+		wg.Go(func() {
+			if err := s.Close(ctx); err != nil {
+				a.log.Warn("close sink", "sink", name, "err", err)
+			}
+		})
 	}
+	wg.Wait()
 	a.sinks = map[string]sink.Publisher{}
 	for _, p := range a.pools {
 		p.Close()

@@ -72,11 +72,31 @@ type Sink struct {
 	SASL        *SASL  `yaml:"sasl"`
 	TLS         *TLS   `yaml:"tls"`
 
+	// Timeout bounds one publish call to the sink, whatever its type: a
+	// call past it leaves its rows pending and opens the circuit. Default
+	// 35s; set it above the sink's own delivery or confirm timeout.
+	Timeout Duration `yaml:"timeout"`
+	// Circuit stops calling a sink that keeps failing: its rows wait,
+	// without holding the source's other sinks.
+	Circuit Circuit `yaml:"circuit"`
+
 	RabbitMQ *rabbitmq.Config `yaml:"rabbitmq"`
 	MQTT     *mqtt.Config     `yaml:"mqtt"`
 	Webhook  *webhook.Config  `yaml:"webhook"`
 	NATS     *nats.Config     `yaml:"nats"`
 	Redis    *redis.Config    `yaml:"redis"`
+}
+
+// Circuit is a sink's circuit breaker.
+type Circuit struct {
+	// Failures is how many publish calls in a row that fail (retryably)
+	// open the circuit. Default 5.
+	Failures int `yaml:"failures"`
+	// Cooldown is how long the circuit stays open before one probe call;
+	// it doubles after each failed probe up to MaxCooldown. Defaults 1s
+	// and 30s.
+	Cooldown    Duration `yaml:"cooldown"`
+	MaxCooldown Duration `yaml:"max_cooldown"`
 }
 
 // SASL authenticates to Kafka.

@@ -235,6 +235,8 @@ func checkMinimal(t *testing.T, c *Config) {
 				DeliveryTimeout: Duration(30 * time.Second),
 				RecordRetries:   10,
 				Compression:     "none",
+				Timeout:         Duration(35 * time.Second),
+				Circuit:         Circuit{Failures: 5, Cooldown: Duration(time.Second), MaxCooldown: Duration(30 * time.Second)},
 			},
 		},
 		Sources: []Source{{

@@ -21,8 +21,13 @@ const (
 	DefaultClientID        = "outbox-relay"
 	DefaultMaxMessageBytes = 1_000_000
 	DefaultDeliveryTimeout = 30 * time.Second
-	DefaultRecordRetries   = 10
-	DefaultCompression     = "none"
+	// A sink's breaker: a call's bound, and its circuit.
+	DefaultSinkTimeout        = 35 * time.Second
+	DefaultCircuitFailures    = 5
+	DefaultCircuitCooldown    = time.Second
+	DefaultCircuitMaxCooldown = 30 * time.Second
+	DefaultRecordRetries      = 10
+	DefaultCompression        = "none"
 
 	DefaultBatchSize        = 500
 	DefaultPipeline         = 2
@@ -71,6 +76,11 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 	}
 	for name, s := range c.Sinks {
 		p := "sinks." + name
+		d.dur(&s.Timeout, p+".timeout", DefaultSinkTimeout)
+		d.int(&s.Circuit.Failures, p+".circuit.failures", DefaultCircuitFailures)
+		d.dur(&s.Circuit.Cooldown, p+".circuit.cooldown", DefaultCircuitCooldown)
+		d.dur(&s.Circuit.MaxCooldown, p+".circuit.max_cooldown", DefaultCircuitMaxCooldown)
+		c.Sinks[name] = s
 		if s.Type != "kafka" {
 			if b := s.block(); b != nil {
 				b.Defaults()

@@ -84,6 +84,14 @@ func (c *Config) validateSink(ps *problems, name string) {
 	checkName(ps, "sinks", name)
 	oneOf(ps, p+".type", s.Type, sinkTypes, true)
 	c.validateSinkBlocks(ps, p, &s)
+	positive(ps, p+".timeout", s.Timeout)
+	if s.Circuit.Failures < 1 {
+		ps.add(p+".circuit.failures", "must be at least 1, got %d", s.Circuit.Failures)
+	}
+	positive(ps, p+".circuit.cooldown", s.Circuit.Cooldown)
+	if s.Circuit.MaxCooldown < s.Circuit.Cooldown {
+		ps.add(p+".circuit.max_cooldown", "must be at least circuit.cooldown (%s), got %s", s.Circuit.Cooldown, s.Circuit.MaxCooldown)
+	}
 	if s.Type != "kafka" {
 		return // its own block was checked, or the type is unknown
 	}

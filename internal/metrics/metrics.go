@@ -69,6 +69,7 @@ type Metrics struct {
 	PendingEvents    *prometheus.GaugeVec // {source}
 	FailedEvents     *prometheus.GaugeVec // {source}, dead-letter depth
 	InflightBatches  *prometheus.GaugeVec // {source}
+	SinkCircuit      *prometheus.GaugeVec // {sink}: 0 closed, 1 half-open, 2 open
 
 	BatchDuration   *prometheus.HistogramVec // {source}, seconds
 	PublishDuration *prometheus.HistogramVec // {source}, seconds
@@ -117,6 +118,8 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Events in the dead-letter table."),
 		InflightBatches: gauge("inflight_batches",
 			"Batches claimed but not yet committed."),
+		SinkCircuit: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "sink_circuit_state",
+			Help: "State of the sink's circuit breaker: 0 closed, 1 half-open (probing), 2 open (its rows wait)."}, []string{"sink"}),
 
 		BatchDuration: histogram("batch_duration_seconds",
 			"Time from claiming a batch to committing its outcome.", DurationBuckets),

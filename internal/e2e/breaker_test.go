@@ -1,0 +1,164 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outbox-relay/outbox-relay/internal/app"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
+)
+
+// TestStalledSinkHoldsOnlyItsRows guards the sink breaker: a webhook that
+// accepts requests and never answers must not hold the rows of the
+// source's Kafka sink. The stalled call passes its deadline, the circuit
+// opens, and the webhook's rows stay pending with their keys held, charged
+// no attempt and never dead-lettered, until the webhook answers again; then
+// they arrive in per-key order.
+func TestStalledSinkHoldsOnlyItsRows(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, `CREATE TABLE outbox (
+  id BIGSERIAL PRIMARY KEY, aggregate_type TEXT NOT NULL, aggregate_id TEXT NOT NULL, event_type TEXT NOT NULL,
+  payload JSONB NOT NULL, created_at TIMESTAMPTZ NOT NULL DEFAULT now(),
+  published BOOLEAN NOT NULL DEFAULT false, published_at TIMESTAMPTZ)`)
+
+	// The webhook stalls until stalled is cleared: it reads the request
+	// and answers nothing until the request is abandoned.
+	var stalled atomic.Bool
+	stalled.Store(true)
+	var mu sync.Mutex
+	var hooked []struct {
+		K string
+		N int
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if stalled.Load() {
+			<-r.Context().Done()
+			return
+		}
+		var p struct {
+			K string
+			N int
+		}
+		if err := json.Unmarshal(body, &p); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		hooked = append(hooked, p)
+		mu.Unlock()
+	}))
+	t.Cleanup(srv.Close)
+
+	const kafkaRows, hookRows = 160, 40
+	insert := func(typ, key string, n int) {
+		if _, err := pool.Exec(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, payload)
+VALUES ('Order', $1, $2, jsonb_build_object('k', $1::text, 'n', $3::int))`, key, typ, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range kafkaRows + hookRows {
+		if i%5 == 4 {
+			insert("hook.sent", fmt.Sprintf("h%d", i%4), i)
+		} else {
+			insert("order.created", fmt.Sprintf("k%d", i%20), i)
+		}
+	}
+
+	c := kafkaCluster(t, kfake.SeedTopics(1, "order.created"))
+	cfg := baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "orders", Table: "public.outbox", Preset: "published-flag",
+		BatchSize: 20, Pipeline: 2})
+	cfg.Sinks["hook"] = config.Sink{Type: "webhook", Timeout: config.Duration(time.Second),
+		Circuit: config.Circuit{Cooldown: config.Duration(200 * time.Millisecond), MaxCooldown: config.Duration(time.Second)},
+		Webhook: &webhook.Config{URL: srv.URL + "/hook", Timeout: time.Minute}}
+	cfg.Sources[0].Routes = []config.Route{{Name: "hook", EventTypes: []string{"hook.sent"}, Sink: "hook", Topic: "hook"}}
+	cfg.ApplyDefaults()
+	col := collect(t, c.ListenAddrs(), "order.created")
+	start := time.Now()
+	a, _ := runApp(t, cfg)
+
+	// Every Kafka row arrives while the webhook stalls, each batch
+	// waiting at most for one deadline of the stalled sink.
+	waitFor(t, 15*time.Second, "the Kafka rows while the webhook stalls", func() (bool, string) {
+		n := len(distinct(col.records()))
+		return n == kafkaRows, fmt.Sprintf("%d of %d", n, kafkaRows)
+	})
+	t.Logf("%d Kafka rows in %v with the webhook stalled", kafkaRows, time.Since(start).Round(time.Millisecond))
+	if s := circuitState(t, a, "hook"); s == 0 {
+		t.Error("the stalled webhook's circuit is closed")
+	}
+	var dead, charged int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_relay.failed_events),
+  (SELECT count(*) FROM outbox_relay.retry_state WHERE attempts > 0)`).Scan(&dead, &charged); err != nil {
+		t.Fatal(err)
+	}
+	if dead != 0 || charged != 0 {
+		t.Errorf("while the webhook stalled: %d dead letters, %d rows charged an attempt; want none", dead, charged)
+	}
+
+	// The webhook answers again: its rows arrive, in order per key.
+	stalled.Store(false)
+	waitFor(t, 30*time.Second, "the webhook's rows once it answers", func() (bool, string) {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(hooked) >= hookRows, fmt.Sprintf("%d of %d", len(hooked), hookRows)
+	})
+	mu.Lock()
+	defer mu.Unlock()
+	last := map[string]int{}
+	seen := map[int]bool{}
+	for _, p := range hooked {
+		if seen[p.N] {
+			continue // a duplicate of an abandoned call is allowed
+		}
+		seen[p.N] = true
+		if p.N < last[p.K] {
+			t.Errorf("key %s: row %d arrived after row %d", p.K, p.N, last[p.K])
+		}
+		last[p.K] = p.N
+	}
+	if len(seen) != hookRows {
+		t.Errorf("%d distinct webhook rows, want %d", len(seen), hookRows)
+	}
+	waitFor(t, 10*time.Second, "the circuit closed", func() (bool, string) {
+		s := circuitState(t, a, "hook")
+		return s == 0, fmt.Sprint("state ", s)
+	})
+}
+
+// circuitState reads the sink's circuit gauge.
+func circuitState(t *testing.T, a *app.App, sinkName string) float64 {
+	t.Helper()
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "outbox_relay_sink_circuit_state" {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "sink" && l.GetValue() == sinkName {
+					return m.GetGauge().GetValue()
+				}
+			}
+		}
+	}
+	t.Fatalf("no circuit gauge for sink %s", sinkName)
+	return 0
+}
