@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -231,5 +232,50 @@ func TestKafkaOutboxDeadAndReplay(t *testing.T) {
 	_ = b.Release(ctx)
 	if dl, _ := mysql.ListFailed(ctx, e.db, e.relayDB, mysql.DLQFilter{Source: "ko"}); len(dl) != 0 {
 		t.Errorf("replayed dead letter still listed: %+v", dl)
+	}
+}
+
+// TestForeignClaimHoldsItsKey guards the switch-over from another relay on
+// kafka_outbox: a row that relay claimed (batch_id, push_started_at) within
+// the claim timeout holds the later rows of its key, not the other keys;
+// once its claim expires it is claimed here, before them.
+func TestForeignClaimHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	if err := mysql.MigrateTable(ctx, e.dsn, mysql.Table{Name: "kafka_outbox"}); err != nil {
+		t.Fatal(err)
+	}
+	e.exec(t, "INSERT INTO kafka_outbox (topic, payload_json, `key`, batch_id, push_started_at) VALUES "+
+		"('orders', '{\"n\":1}', 'k', UUID(), UTC_TIMESTAMP(6)), ('orders', '{\"n\":2}', 'k', NULL, NULL), ('orders', '{\"n\":3}', 'j', NULL, NULL)")
+	_, l := e.store(t, e.db, "ko", "kafka_outbox", "kafka-outbox", config.Layout{}, true)
+	opts := mysql.Options{Source: "ko", Table: mysql.Table{Name: "kafka_outbox"}, RelayDatabase: e.relayDB, Layout: l,
+		Ordering: true, ClaimTimeout: time.Minute}
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	st := mysql.New(e.db, opts)
+	claim := func() []string {
+		t.Helper()
+		b, err := st.Claim(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			return nil
+		}
+		defer func() { _ = b.Release(ctx) }()
+		var got []string
+		for _, r := range b.Rows() {
+			got = append(got, string(r.Payload))
+		}
+		return got
+	}
+	if got := claim(); !slices.Equal(got, []string{`{"n":3}`}) {
+		t.Fatalf("claimed %v while another relay holds key k's first row, want only key j's row", got)
+	}
+	e.exec(t, "UPDATE kafka_outbox SET push_started_at = UTC_TIMESTAMP(6) - INTERVAL 2 MINUTE WHERE batch_id IS NOT NULL")
+	if got := claim(); !slices.Equal(got, []string{`{"n":1}`, `{"n":2}`, `{"n":3}`}) {
+		t.Fatalf("claimed %v after the other relay's claim expired, want every row in order", got)
 	}
 }

@@ -236,6 +236,17 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 		where = append(where, fmt.Sprintf("(%s IS NULL OR %s IS NULL OR %s < %s - INTERVAL %d MICROSECOND)",
 			col("o", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds()))
 	}
+	if l.BatchID.Name != "" && ordering {
+		// A row another relay claimed, within the claim timeout, holds its
+		// key: the rows after it wait until it is delivered or its claim
+		// expires (then it is claimed here, first).
+		where = append(where, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s f WHERE %s
+    AND %s IS NOT NULL AND %s >= %s - INTERVAL %d MICROSECOND
+    AND %s = %s AND %s <> '' AND (%s, %s) < (%s, %s))`, table, pendingPredicate(l, "f"),
+			col("f", l.BatchID.Name), col("f", l.ClaimedAt.Name), now, claimTimeout.Microseconds(),
+			orderKeySQL(l, "f"), orderKeySQL(l, "o"), orderKeySQL(l, "o"),
+			col("f", l.OrderBy), col("f", l.ID.Name), col("o", l.OrderBy), col("o", l.ID.Name)))
+	}
 	if ordering {
 		// A key is held while a row of it backs off; rows without a key
 		// (order key '') hold nothing.

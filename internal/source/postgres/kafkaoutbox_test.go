@@ -193,3 +193,47 @@ RETURNING id::text`).Scan(&id); err != nil {
 	}
 	_ = b.Release(ctx)
 }
+
+// TestForeignClaimHoldsItsKey guards the switch-over from another relay on
+// kafka_outbox: a row that relay claimed (batch_id, push_started_at) within
+// the claim timeout holds the later rows of its key, not the other keys;
+// once its claim expires it is claimed here, before them.
+func TestForeignClaimHoldsItsKey(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := migrated(t)
+	tbl := postgres.Table{Schema: "public", Name: "kafka_outbox"}
+	if err := postgres.MigrateTable(ctx, dsn, tbl); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, `INSERT INTO kafka_outbox (topic, payload_json, key, batch_id, push_started_at) VALUES
+  ('orders', '{"n":1}', 'k', 'other-relay', now()::timestamp),
+  ('orders', '{"n":2}', 'k', NULL, NULL),
+  ('orders', '{"n":3}', 'j', NULL, NULL)`)
+	_, l := newStore(t, pool, "ko", tbl, "kafka-outbox", config.Layout{}, true)
+	st := postgres.New(pool, postgres.Options{Source: "ko", Table: tbl, RelaySchema: relaySchema, Layout: l, Ordering: true,
+		ClaimTimeout: time.Minute})
+	claim := func() []string {
+		t.Helper()
+		b, err := st.Claim(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b == nil {
+			return nil
+		}
+		defer func() { _ = b.Release(ctx) }()
+		var got []string
+		for _, r := range b.Rows() {
+			got = append(got, string(r.Payload))
+		}
+		return got
+	}
+	if got := claim(); !slices.Equal(got, []string{`{"n":3}`}) {
+		t.Fatalf("claimed %v while another relay holds key k's first row, want only key j's row", got)
+	}
+	pgtest.Exec(t, pool, `UPDATE kafka_outbox SET push_started_at = now()::timestamp - interval '2 minutes' WHERE key = 'k' AND batch_id IS NOT NULL`)
+	if got := claim(); !slices.Equal(got, []string{`{"n":1}`, `{"n":2}`, `{"n":3}`}) {
+		t.Fatalf("claimed %v after the other relay's claim expired, want every row in order", got)
+	}
+}

@@ -181,6 +181,17 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		where = append(where, fmt.Sprintf("(%s IS NULL OR %s IS NULL OR %s < now() - make_interval(secs => %d))",
 			col("o", l.BatchID.Name), col("o", l.ClaimedAt.Name), col("o", l.ClaimedAt.Name), int64(claimTimeout/time.Second)))
 	}
+	if l.BatchID.Name != "" && ordering {
+		// A row another relay claimed, within the claim timeout, holds its
+		// key: the rows after it wait until it is delivered or its claim
+		// expires (then it is claimed here, first).
+		where = append(where, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s f WHERE %s
+    AND %s IS NOT NULL AND %s >= now() - make_interval(secs => %d)
+    AND %s = %s AND %s <> '' AND (%s, %s) < (%s, %s))`, table, pendingPredicate(l, "f"),
+			col("f", l.BatchID.Name), col("f", l.ClaimedAt.Name), int64(claimTimeout/time.Second),
+			orderKeySQL(l, "f"), orderKeySQL(l, "o"), orderKeySQL(l, "o"),
+			col("f", l.OrderBy), col("f", l.ID.Name), col("o", l.OrderBy), col("o", l.ID.Name)))
+	}
 	if l.XID != "" {
 		// Only rows whose inserting transaction is older than every running
 		// one: a row that commits late can then never overtake its key.
