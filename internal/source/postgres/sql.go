@@ -144,6 +144,15 @@ func optColIfSet(alias, name, cast string) string {
 // relay has updated the row (its new version carries the relay's).
 const tieSQL = "COALESCE(r.tie, o.cmin::text::bigint)"
 
+// xidBarrier is the oldest transaction still running, relays' sessions
+// (application_name "outbox-relay ...") left out, else the next one to
+// start: a row whose transaction id is below it has committed or rolled
+// back, and so has every row of a transaction older than it.
+const xidBarrier = `COALESCE((SELECT min(x) FROM pg_snapshot_xip(pg_current_snapshot()) x
+    WHERE x::text::bigint % 4294967296 NOT IN (SELECT a.backend_xid::text::bigint FROM pg_stat_activity a
+      WHERE a.backend_xid IS NOT NULL AND a.application_name LIKE 'outbox-relay %')),
+    pg_snapshot_xmax(pg_current_snapshot()))`
+
 func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration) statements {
 	rs := QuoteIdent(relaySchema)
 	id := col("o", l.ID.Name)
@@ -195,7 +204,9 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 	if l.XID != "" {
 		// Only rows whose inserting transaction is older than every running
 		// one: a row that commits late can then never overtake its key.
-		where = append(where, col("o", l.XID)+" < pg_snapshot_xmin(pg_current_snapshot())")
+		// The relays' own transactions (claims lock rows, which gives
+		// them a transaction id) insert no rows and do not count.
+		where = append(where, col("o", l.XID)+" < "+xidBarrier)
 	}
 	if ordering {
 		// A key is held while a row of it backs off; rows without a key
