@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
 
 // mapEnv returns an env lookup backed by m.
@@ -98,6 +100,11 @@ var badFixtures = map[string][]string{
 	"bad_batch_size.bad.yaml": {
 		`sources[1].batch_size: must be between 1 and 10000, got 0`,
 		`sources[2].batch_size: must be between 1 and 10000, got 20000`,
+	},
+	"bad_circuit.bad.yaml": {
+		`sinks.k.timeout: must be longer than sinks.k.delivery_timeout (30s), got 10s`,
+		`sinks.k.circuit.failures: must be at least 1, got 0`,
+		`sinks.k.circuit.max_cooldown: must be at least circuit.cooldown (5s), got 1s`,
 	},
 	"unset_var.bad.yaml": {`databases.main.dsn: environment variable "RELAY_TEST_UNSET_PASSWORD" is not set`},
 	"bad_table.bad.yaml": {
@@ -337,5 +344,29 @@ func TestLoad(t *testing.T) {
 
 	if _, err := Load("testdata/does-not-exist.yaml"); err == nil || !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("Load of a missing file = %v, want os.ErrNotExist", err)
+	}
+}
+
+// TestSinkTimeoutOutlastsOwn: a sink's call bound defaults above the sink's
+// own wait for one message, so a slow but working destination does not
+// open its circuit.
+func TestSinkTimeoutOutlastsOwn(t *testing.T) {
+	cfg := &Config{
+		Databases: map[string]Database{"main": {DSN: "postgres://localhost/app"}},
+		Sinks: map[string]Sink{
+			"k":    {Type: "kafka", Brokers: []string{"localhost:9092"}},
+			"hook": {Type: "webhook", Webhook: &webhook.Config{URL: "https://h.example.com/x", Timeout: 50 * time.Second}},
+		},
+		Sources: []Source{{Name: "orders", Table: "public.outbox", Sink: "k"}},
+	}
+	cfg.ApplyDefaults()
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Sinks["k"].Timeout.D(); got != DefaultSinkTimeout {
+		t.Errorf("kafka sink timeout %s, want %s", got, DefaultSinkTimeout)
+	}
+	if got := cfg.Sinks["hook"].Timeout.D(); got != 55*time.Second {
+		t.Errorf("webhook sink timeout %s, want its own 50s + 5s", got)
 	}
 }

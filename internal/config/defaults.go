@@ -76,7 +76,6 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 	}
 	for name, s := range c.Sinks {
 		p := "sinks." + name
-		d.dur(&s.Timeout, p+".timeout", DefaultSinkTimeout)
 		d.int(&s.Circuit.Failures, p+".circuit.failures", DefaultCircuitFailures)
 		d.dur(&s.Circuit.Cooldown, p+".circuit.cooldown", DefaultCircuitCooldown)
 		d.dur(&s.Circuit.MaxCooldown, p+".circuit.max_cooldown", DefaultCircuitMaxCooldown)
@@ -85,13 +84,16 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 			if b := s.block(); b != nil {
 				b.Defaults()
 			}
-			continue
+		} else {
+			d.str(&s.ClientID, DefaultClientID)
+			d.int(&s.MaxMessageBytes, p+".max_message_bytes", DefaultMaxMessageBytes)
+			d.dur(&s.DeliveryTimeout, p+".delivery_timeout", DefaultDeliveryTimeout)
+			d.int(&s.RecordRetries, p+".record_retries", DefaultRecordRetries)
+			d.str(&s.Compression, DefaultCompression)
 		}
-		d.str(&s.ClientID, DefaultClientID)
-		d.int(&s.MaxMessageBytes, p+".max_message_bytes", DefaultMaxMessageBytes)
-		d.dur(&s.DeliveryTimeout, p+".delivery_timeout", DefaultDeliveryTimeout)
-		d.int(&s.RecordRetries, p+".record_retries", DefaultRecordRetries)
-		d.str(&s.Compression, DefaultCompression)
+		// A call's bound outlasts the sink's own wait for one message.
+		_, own := s.ownTimeout()
+		d.dur(&s.Timeout, p+".timeout", max(DefaultSinkTimeout, own+5*time.Second))
 		c.Sinks[name] = s
 	}
 	for i := range c.Sources {
