@@ -92,7 +92,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 			d.str(&s.Compression, DefaultCompression)
 		}
 		// A call's bound outlasts the sink's own wait for one message.
-		_, own := s.ownTimeout()
+		own := s.ownTimeout()
 		d.dur(&s.Timeout, p+".timeout", max(DefaultSinkTimeout, own+5*time.Second))
 		c.Sinks[name] = s
 	}

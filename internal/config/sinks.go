@@ -97,22 +97,21 @@ func (c *Config) validateSinkBlocks(ps *problems, p string, s *Sink) {
 }
 
 // ownTimeout is the sink's own bound on the wait for one message's
-// confirmation, and its setting's path within the sink; zero when it has
-// none.
-func (s *Sink) ownTimeout() (string, time.Duration) {
+// confirmation; zero when it has none.
+func (s *Sink) ownTimeout() time.Duration {
 	switch {
 	case s.Type == "kafka":
-		return "delivery_timeout", s.DeliveryTimeout.D()
+		return s.DeliveryTimeout.D()
 	case s.Type == "rabbitmq" && s.RabbitMQ != nil:
-		return "rabbitmq.confirm_timeout", s.RabbitMQ.ConfirmTimeout
+		return s.RabbitMQ.ConfirmTimeout
 	case s.Type == "mqtt" && s.MQTT != nil:
-		return "mqtt.publish_timeout", s.MQTT.PublishTimeout
+		return s.MQTT.PublishTimeout
 	case s.Type == "nats" && s.NATS != nil:
-		return "nats.ack_timeout", time.Duration(s.NATS.AckTimeout)
+		return time.Duration(s.NATS.AckTimeout)
 	case s.Type == "redis" && s.Redis != nil:
-		return "redis.timeout", time.Duration(s.Redis.Timeout)
+		return time.Duration(s.Redis.Timeout)
 	case s.Type == "webhook" && s.Webhook != nil:
-		return "webhook.timeout", s.Webhook.Timeout
+		return s.Webhook.Timeout
 	}
-	return "", 0
+	return 0
 }

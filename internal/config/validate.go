@@ -85,9 +85,6 @@ func (c *Config) validateSink(ps *problems, name string) {
 	oneOf(ps, p+".type", s.Type, sinkTypes, true)
 	c.validateSinkBlocks(ps, p, &s)
 	positive(ps, p+".timeout", s.Timeout)
-	if field, own := s.ownTimeout(); own > 0 && s.Timeout > 0 && s.Timeout.D() <= own {
-		ps.add(p+".timeout", "must be longer than %s.%s (%s), got %s", p, field, own, s.Timeout)
-	}
 	if s.Circuit.Failures < 1 {
 		ps.add(p+".circuit.failures", "must be at least 1, got %d", s.Circuit.Failures)
 	}
