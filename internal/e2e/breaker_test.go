@@ -143,22 +143,5 @@ VALUES ('Order', $1, $2, jsonb_build_object('k', $1::text, 'n', $3::int))`, key,
 // circuitState reads the sink's circuit gauge.
 func circuitState(t *testing.T, a *app.App, sinkName string) float64 {
 	t.Helper()
-	mfs, err := a.Registry().Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "outbox_relay_sink_circuit_state" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "sink" && l.GetValue() == sinkName {
-					return m.GetGauge().GetValue()
-				}
-			}
-		}
-	}
-	t.Fatalf("no circuit gauge for sink %s", sinkName)
-	return 0
+	return gathered(t, a, "outbox_relay_sink_circuit_state", "sink", sinkName)
 }

@@ -221,19 +221,26 @@ VALUES ('00000000-0000-0000-0000-00000000000%d', 'j', 'journey.created', '{"seq"
 // published reads a relay's events_published_total for source src.
 func published(t *testing.T, a *app.App, src string) float64 {
 	t.Helper()
+	return gathered(t, a, "outbox_relay_events_published_total", "source", src)
+}
+
+// gathered sums the app's metric name over the series whose label has
+// value.
+func gathered(t *testing.T, a *app.App, name, label, value string) float64 {
+	t.Helper()
 	mfs, err := a.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
 	var n float64
 	for _, mf := range mfs {
-		if mf.GetName() != "outbox_relay_events_published_total" {
+		if mf.GetName() != name {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "source" && l.GetValue() == src {
-					n += m.GetCounter().GetValue()
+				if l.GetName() == label && l.GetValue() == value {
+					n += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 				}
 			}
 		}
