@@ -10,7 +10,7 @@ GO ?= go
 # Services `make services` brings up (see scripts/services.sh --help).
 SERVICES ?= postgres mariadb rabbitmq mosquitto nats redis
 
-.PHONY: help services demo test test-short test-race lint bench build
+.PHONY: help services demo test test-short test-race chaos lint bench build
 
 help: ## Show this help.
 	@awk 'BEGIN { FS = ":.*## " } \
@@ -26,6 +26,9 @@ demo: ## Run the relay demo against the local PostgreSQL (started if it is down)
 
 test: services ## Run all tests with the race detector (starts the services above).
 	$(GO) test -race -count=1 -timeout 20m ./...
+
+chaos: services ## Run the fault scenarios (TestChaos*) at full size; make test runs them in short form.
+	OUTBOX_RELAY_CHAOS=full $(GO) test -race -count=1 -timeout 60m -run 'Chaos' -v ./internal/e2e/
 
 test-short: ## Run the quick tests only (go test -short), no services needed.
 	$(GO) test -short ./...
