@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	eventledger "github.com/outbox-relay/outbox-relay/internal/ledger"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
@@ -89,5 +90,57 @@ VALUES ('Order', $1, $2, '{}') RETURNING id::text`, key, typ).Scan(&id); err != 
 	// half the rows leaves room for keys held behind a failed row).
 	if deferred > float64(rows/2) {
 		t.Errorf("rows were deferred %.0f times for %d rows: keys stay fenced after their batches committed", deferred, rows)
+	}
+}
+
+// TestChaosSameTransactionRows guards the claim's tie-breaker on seed 001's
+// table as written (random UUID ids, created_at DEFAULT now()): rows of one
+// key written by separate statements of one transaction share created_at,
+// and arrive in the order their statements ran, across batches in flight.
+func TestChaosSameTransactionRows(t *testing.T) {
+	t.Parallel()
+	txs, per := 200, 3
+	if chaosFull() {
+		txs = 2000
+	}
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
+	l := eventledger.New()
+	for i := range txs {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("k%d", i%50)
+		var ids []string
+		for n := range per {
+			var id string
+			if err := tx.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, partition_key, payload)
+VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', $1, jsonb_build_object('n', $2::int)) RETURNING id::text`, key, n).Scan(&id); err != nil {
+				t.Fatal(err)
+			}
+			ids = append(ids, id)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		for _, id := range ids {
+			l.Commit(id, key)
+		}
+	}
+	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
+	col := collect(t, c.ListenAddrs(), "orders")
+	runRelay(t, baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "orders", Table: "public.outbox", Preset: "status",
+		BatchSize: 50, Pipeline: 4}))
+	col.waitDistinct(t, txs*per, 60*time.Second)
+	for _, r := range col.records() {
+		id, _ := header(r, "event_id")
+		l.Deliver(id)
+	}
+	rep := l.Check(nil)
+	t.Logf("%d transactions of %d rows of one key: %s", txs, per, rep)
+	if !rep.OK() {
+		t.Error(rep)
 	}
 }
