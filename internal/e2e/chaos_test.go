@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	eventledger "github.com/outbox-relay/outbox-relay/internal/ledger"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
 
 // chaosFull says whether the fault scenarios run at full size (make chaos)
@@ -142,5 +145,70 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', $1, jsonb_build_ob
 	t.Logf("%d transactions of %d rows of one key: %s", txs, per, rep)
 	if !rep.OK() {
 		t.Error(rep)
+	}
+}
+
+// TestChaosKeylessPoison guards keyless rows' freedom: rows without a key
+// have no order to keep, so keyless rows that keep failing (a webhook that
+// answers 503, backing off) hold no other keyless row.
+func TestChaosKeylessPoison(t *testing.T) {
+	t.Parallel()
+	rows := 1000
+	if chaosFull() {
+		rows = 10000
+	}
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, `CREATE TABLE outbox (
+  id BIGSERIAL PRIMARY KEY, k TEXT, event_type TEXT NOT NULL, payload JSONB NOT NULL,
+  published BOOLEAN NOT NULL DEFAULT false, published_at TIMESTAMPTZ)`)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "down", http.StatusServiceUnavailable)
+	}))
+	t.Cleanup(hook.Close)
+	l := eventledger.New()
+	poison := map[string]bool{}
+	for i := range rows {
+		typ := "order.created"
+		if i%10 == 0 {
+			typ = "poison"
+		}
+		var id string
+		if err := pool.QueryRow(ctx, `INSERT INTO outbox (event_type, payload) VALUES ($1, '{}') RETURNING id::text`, typ).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		l.Commit(id, "") // keyless: the ledger judges no order among them
+		if typ == "poison" {
+			poison[id] = true
+		}
+	}
+	c := kafkaCluster(t, kfake.SeedTopics(4, "ev"))
+	cfg := baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "ev", Table: "public.outbox", Topic: "ev", BatchSize: 100, Pipeline: 4,
+		Layout: config.Layout{ID: "id", Payload: "payload", Key: "{k}", EventType: "event_type",
+			State: config.State{Mode: "flag", Flag: "published"}}})
+	// A failed row backs off for an hour: a keyless row held behind one
+	// would not arrive within the test.
+	cfg.Sources[0].Backoff = config.Backoff{Initial: config.Duration(time.Hour), Max: config.Duration(time.Hour)}
+	cfg.Sinks["hook"] = config.Sink{Type: "webhook", Webhook: &webhook.Config{URL: hook.URL}}
+	cfg.Sources[0].Routes = []config.Route{{Name: "poison", EventTypes: []string{"poison"}, Sink: "hook", Topic: "x"}}
+	cfg.ApplyDefaults()
+	col := collect(t, c.ListenAddrs(), "ev")
+	runRelay(t, cfg)
+	col.waitDistinct(t, rows-len(poison), 60*time.Second)
+	for _, r := range col.records() {
+		id, _ := header(r, "event_id")
+		l.Deliver(id)
+	}
+	rep := l.Check(func(id string) bool { return poison[id] })
+	var retrying int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.retry_state WHERE attempts > 0").Scan(&retrying); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d keyless rows, %d failing (%d backing off): %s", rows, len(poison), retrying, rep)
+	if !rep.OK() {
+		t.Error(rep)
+	}
+	if retrying == 0 {
+		t.Error("no failing row is backing off; the scenario proves nothing")
 	}
 }

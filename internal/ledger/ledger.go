@@ -29,7 +29,7 @@ func New() *Ledger {
 }
 
 // Commit records that the event id of key was committed, after every event
-// of key committed before it.
+// of key committed before it. Events of key "" (keyless) have no order.
 func (l *Ledger) Commit(id, key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -96,7 +96,7 @@ func (l *Ledger) Check(except func(id string) bool) Report {
 			continue
 		case !ok:
 			r.Unexpected = append(r.Unexpected, id)
-		case !skip(id):
+		case !skip(id) && e.key != "": // keyless events have no order
 			if e.seq < last[e.key] {
 				r.OutOfOrder = append(r.OutOfOrder, fmt.Sprintf("%s: #%d after #%d", e.key, e.seq, last[e.key]))
 			}

@@ -18,6 +18,7 @@ func TestCheck(t *testing.T) {
 		{"out of order", [][2]string{{"a1", "a"}, {"a2", "a"}}, []string{"a2", "a1"}, nil, want{order: 1}},
 		{"order judged on first delivery", [][2]string{{"a1", "a"}, {"a2", "a"}}, []string{"a1", "a2", "a1"}, nil, want{dups: 1}},
 		{"dead letter excepted", [][2]string{{"a1", "a"}, {"a2", "a"}, {"a3", "a"}}, []string{"a1", "a3"}, map[string]bool{"a2": true}, want{}},
+		{"keyless events have no order", [][2]string{{"x1", ""}, {"x2", ""}}, []string{"x2", "x1"}, nil, want{}},
 		{"other keys do not order", [][2]string{{"a1", "a"}, {"b1", "b"}, {"b2", "b"}}, []string{"b1", "b2", "a1"}, nil, want{}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
