@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -151,10 +152,13 @@ func (a *App) Migrate(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		err = m.Up(ctx)
+		applied, err := Up(ctx, m)
 		_ = m.Close()
 		if err != nil {
 			return fmt.Errorf("databases.%s: %w", name, err)
+		}
+		for _, s := range applied {
+			a.log.Info("migration applied", "database", name, "version", s.Version, "name", s.Name)
 		}
 		if err := MigrateTables(ctx, a.cfg, name); err != nil {
 			return err
@@ -171,6 +175,57 @@ type Migrator interface {
 	Down(ctx context.Context, all bool) error
 	Status(ctx context.Context) ([]source.MigrationStatus, error)
 	Close() error
+}
+
+// Up applies m's pending migrations and returns those it applied.
+func Up(ctx context.Context, m Migrator) ([]source.MigrationStatus, error) {
+	before, err := m.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Up(ctx); err != nil {
+		return nil, err
+	}
+	after, err := m.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return changed(before, after), nil
+}
+
+// Down rolls back m's newest migration, or every one with all, and returns
+// those it rolled back, newest first.
+func Down(ctx context.Context, m Migrator, all bool) ([]source.MigrationStatus, error) {
+	before, err := m.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Down(ctx, all); err != nil {
+		return nil, err
+	}
+	after, err := m.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	undone := changed(before, after)
+	slices.Reverse(undone)
+	return undone, nil
+}
+
+// changed lists the migrations whose applied state differs between two
+// listings, in version order.
+func changed(before, after []source.MigrationStatus) []source.MigrationStatus {
+	was := map[int64]bool{}
+	for _, s := range before {
+		was[s.Version] = s.Applied
+	}
+	var out []source.MigrationStatus
+	for _, s := range after {
+		if was[s.Version] != s.Applied {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // NewMigrator returns the migrator of database name, for its driver.

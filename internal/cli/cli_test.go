@@ -244,8 +244,10 @@ func TestMigrateUpStatusDown(t *testing.T) {
 	}
 	total := len(st)
 
-	if out := cliOK(t, "--config", cfg, "migrate", "up"); !strings.Contains(out, "main: up to date") {
-		t.Errorf("migrate up printed %q", out)
+	// up and down say what they did.
+	if out := cliOK(t, "--config", cfg, "migrate", "up"); strings.Count(out, "main: applied ") != total ||
+		!strings.Contains(out, fmt.Sprintf("main: up to date (%d applied)", total)) {
+		t.Errorf("migrate up on a fresh database printed %q, want each of the %d migrations named", out, total)
 	}
 	st = migrationStates(t, cliOK(t, "--config", cfg, "migrate", "status"))
 	if len(st) != total || !allIn(st, "applied") {
@@ -256,14 +258,19 @@ func TestMigrateUpStatusDown(t *testing.T) {
 			t.Errorf("after up: table outbox_relay.%s missing", tbl)
 		}
 	}
-	cliOK(t, "--config", cfg, "migrate", "up") // idempotent
+	if out := cliOK(t, "--config", cfg, "migrate", "up"); out != "main: already up to date\n" { // idempotent
+		t.Errorf("a second migrate up printed %q", out)
+	}
 
 	// One step down: only the newest is pending.
-	cliOK(t, "--config", cfg, "migrate", "down")
+	down := cliOK(t, "--config", cfg, "migrate", "down")
 	st = migrationStates(t, cliOK(t, "--config", cfg, "migrate", "status"))
 	newest := ""
 	for v := range st {
 		newest = max(newest, v)
+	}
+	if !strings.HasPrefix(down, "main: rolled back "+newest+" ") || strings.Count(down, "rolled back") != 1 {
+		t.Errorf("migrate down printed %q, want the newest migration %s named", down, newest)
 	}
 	for v, s := range st {
 		if want := map[bool]string{true: "pending", false: "applied"}[v == newest]; s != want {
@@ -272,7 +279,8 @@ func TestMigrateUpStatusDown(t *testing.T) {
 	}
 	cliOK(t, "--config", cfg, "migrate", "up")
 
-	if out := cliOK(t, "--config", cfg, "migrate", "down", "--all"); !strings.Contains(out, "main: rolled back") {
+	if out := cliOK(t, "--config", cfg, "migrate", "down", "--all"); strings.Count(out, "main: rolled back ") != total ||
+		!strings.Contains(out, "main: relay schema dropped") {
 		t.Errorf("migrate down --all printed %q", out)
 	}
 	if schemaExists() {

@@ -45,22 +45,39 @@ func newMigrate(g *globals) *cobra.Command {
 	}
 	up := &cobra.Command{Use: "up", Short: "Apply every pending migration", RunE: func(cmd *cobra.Command, _ []string) error {
 		return each(func(n string, m app.Migrator) error {
-			if err := m.Up(cmd.Context()); err != nil {
+			applied, err := app.Up(cmd.Context(), m)
+			if err != nil {
 				return err
+			}
+			for _, s := range applied {
+				fmt.Fprintf(g.stdout, "%s: applied %05d %s\n", n, s.Version, s.Name)
 			}
 			if err := app.MigrateTables(cmd.Context(), loaded, n); err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "%s: up to date\n", n)
+			if len(applied) == 0 {
+				fmt.Fprintf(g.stdout, "%s: already up to date\n", n)
+			} else {
+				fmt.Fprintf(g.stdout, "%s: up to date (%d applied)\n", n, len(applied))
+			}
 			return nil
 		})
 	}}
 	down := &cobra.Command{Use: "down", Short: "Roll back the newest migration (--all: every one, and drop the schema)", RunE: func(cmd *cobra.Command, _ []string) error {
 		return each(func(n string, m app.Migrator) error {
-			if err := m.Down(cmd.Context(), all); err != nil {
+			undone, err := app.Down(cmd.Context(), m, all)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "%s: rolled back\n", n)
+			for _, s := range undone {
+				fmt.Fprintf(g.stdout, "%s: rolled back %05d %s\n", n, s.Version, s.Name)
+			}
+			if len(undone) == 0 {
+				fmt.Fprintf(g.stdout, "%s: nothing to roll back\n", n)
+			}
+			if all {
+				fmt.Fprintf(g.stdout, "%s: relay schema dropped\n", n)
+			}
 			return nil
 		})
 	}}
