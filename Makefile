@@ -45,5 +45,13 @@ lint: ## Check formatting (gofmt) and run go vet, plus golangci-lint if installe
 bench: ## Run the benchmarks.
 	$(GO) test -run '^$$' -bench . -benchmem ./...
 
-build: ## Build bin/outbox-relay.
-	$(GO) build -o bin/outbox-relay ./cmd/outbox-relay
+# What `outbox-relay version` reports; a release sets VERSION.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+BUILD_DATE ?= $(shell date -u +%Y-%m-%dT%H:%M:%SZ)
+BIN ?= bin/outbox-relay
+PKG_BUILDINFO := github.com/outbox-relay/outbox-relay/internal/buildinfo
+LDFLAGS := -s -w -X $(PKG_BUILDINFO).version=$(VERSION) -X $(PKG_BUILDINFO).commit=$(COMMIT) -X $(PKG_BUILDINFO).date=$(BUILD_DATE)
+
+build: ## Build a static bin/outbox-relay (no cgo) stamped with its version, commit and build date.
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/outbox-relay

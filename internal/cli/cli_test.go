@@ -3,6 +3,7 @@ package cli_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -421,5 +422,21 @@ VALUES (gen_random_uuid(), 'journey', 'journey.created', '{"small": true}', gen_
 	// A second replay by id finds nothing open.
 	if out := cliOK(t, "--config", cfg, "dlq", "replay", "--id", dlID); !strings.Contains(out, "replayed 0 dead letter(s)") {
 		t.Errorf("second replay printed %q", out)
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var v struct {
+		Version, Commit string
+	}
+	out := cliOK(t, "version", "--json")
+	if err := json.Unmarshal([]byte(out), &v); err != nil {
+		t.Fatalf("version --json printed %q: %v", out, err)
+	}
+	if v.Version == "" || v.Commit == "" {
+		t.Fatalf("version --json printed %q", out)
+	}
+	if out := cliOK(t, "--version"); !strings.HasPrefix(out, "outbox-relay "+v.Version+" (commit "+v.Commit) {
+		t.Fatalf("--version printed %q", out)
 	}
 }

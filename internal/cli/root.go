@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
@@ -40,15 +41,21 @@ type globals struct {
 func NewRoot(stdout, stderr io.Writer) *cobra.Command {
 	g := &globals{stdout: stdout, stderr: stderr}
 	root := &cobra.Command{
-		Use:           "outbox-relay",
-		Short:         "Relay transactional outbox rows from PostgreSQL to Kafka",
+		Use:   "outbox-relay",
+		Short: "Relay transactional outbox rows to message brokers",
+		Long: `outbox-relay reads the rows your services write into outbox tables in PostgreSQL, MySQL or
+MariaDB and publishes them to Kafka, NATS JetStream, RabbitMQ, Redis Streams, MQTT or HTTP
+webhooks: nothing committed is lost, events of one key arrive in order, and a poison message
+or a broken destination never blocks the rest.`,
+		Version:       buildinfo.Get().String(),
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "relay.yaml", "configuration file")
-	root.AddCommand(newRun(g), newMigrate(g), newCheck(g), newDLQ(g), newRetention(g), newOptimize(g), newDemo(g), newBench(g), newFakeKafka(g))
+	root.AddCommand(newRun(g), newMigrate(g), newCheck(g), newDLQ(g), newRetention(g), newOptimize(g), newDemo(g), newBench(g), newFakeKafka(g), newVersion(g))
 	return root
 }
 
