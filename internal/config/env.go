@@ -68,6 +68,28 @@ func lookupOverride(env func(string) (string, bool), name string) (string, bool,
 	return v, true, nil
 }
 
+// overridden lists the field paths whose environment override is set, so
+// that ${NAME} references in them need not resolve: `dsn: ${DATABASE_URL}`
+// with only OUTBOX_RELAY_DATABASE_MAIN_DSN set is a working configuration.
+func overridden(cfg *Config, env func(string) (string, bool)) map[string]bool {
+	set := func(name string) bool {
+		v, _ := env(name)
+		f, _ := env(name + fileSuffix)
+		return v != "" || f != ""
+	}
+	out := map[string]bool{}
+	for name := range cfg.Databases {
+		out["databases."+name+".dsn"] = set(DatabaseDSNEnv(name))
+	}
+	for name := range cfg.Sinks {
+		out["sinks."+name+".brokers"] = set(SinkBrokersEnv(name))
+		out["sinks."+name+".sasl.password"] = set(SinkSASLPasswordEnv(name))
+	}
+	out["log.level"] = set(envLogLevel)
+	out["admin.listen"] = set(envAdminListen)
+	return out
+}
+
 // applyEnv applies the environment overrides to cfg.
 func applyEnv(cfg *Config, env func(string) (string, bool), ps *problems) {
 	override := func(path, name string, set func(string)) {

@@ -220,3 +220,41 @@ func TestEnvNames(t *testing.T) {
 		t.Errorf("SinkSASLPasswordEnv = %q", got)
 	}
 }
+
+// TestOverrideWinsOverAnUnsetReference is the README's own example: the
+// file says `dsn: ${DATABASE_URL}` and the deployment sets only the
+// override; a reference in a field that is not overridden still must
+// resolve.
+func TestOverrideWinsOverAnUnsetReference(t *testing.T) {
+	doc := `
+databases:
+  main:
+    dsn: ${DATABASE_URL}
+sinks:
+  kafka:
+    type: kafka
+    brokers: ["${KAFKA_BROKER}"]
+    sasl: {mechanism: PLAIN, username: relay, password: "${KAFKA_PASSWORD}"}
+sources:
+  - name: billing
+    table: billing.outbox
+`
+	cfg, err := Parse([]byte(doc), mapEnv(map[string]string{
+		"OUTBOX_RELAY_DATABASE_MAIN_DSN":        "postgres://env/main",
+		"OUTBOX_RELAY_SINK_KAFKA_BROKERS_FILE":  writeSecret(t, "k1:9092,k2:9092\n"),
+		"OUTBOX_RELAY_SINK_KAFKA_SASL_PASSWORD": "secret",
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Databases["main"].DSN; got != "postgres://env/main" {
+		t.Errorf("dsn = %q", got)
+	}
+	if got := cfg.Sinks["kafka"].Brokers; !reflect.DeepEqual(got, []string{"k1:9092", "k2:9092"}) {
+		t.Errorf("brokers = %q", got)
+	}
+	_, err = Parse([]byte(doc), mapEnv(map[string]string{"OUTBOX_RELAY_DATABASE_MAIN_DSN": "postgres://env/main"}))
+	if err == nil || !strings.Contains(err.Error(), "KAFKA_BROKER") || strings.Contains(err.Error(), "DATABASE_URL") {
+		t.Errorf("with only the dsn overridden: %v; want the unset KAFKA_BROKER named, not DATABASE_URL", err)
+	}
+}

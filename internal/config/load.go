@@ -101,9 +101,13 @@ var varRef = regexp.MustCompile(`\$\{([A-Za-z_][A-Za-z0-9_]*)\}`)
 
 // expandConfig replaces ${NAME} references in every string of cfg.
 func expandConfig(cfg *Config, env func(string) (string, bool), ps *problems) {
+	skip := overridden(cfg, env)
 	walkStrings(reflect.ValueOf(cfg).Elem(), "", func(path, s string) string {
 		if !strings.Contains(s, "${") {
 			return s
+		}
+		if field, _, _ := strings.Cut(path, "["); skip[field] {
+			return s // the environment overrides the field: its references do not matter
 		}
 		return varRef.ReplaceAllStringFunc(s, func(ref string) string {
 			name := ref[2 : len(ref)-1]
