@@ -194,9 +194,15 @@ func (s *Server) serveReady(w http.ResponseWriter, r *http.Request) {
 	body, code := readyBody{Status: "ok", Checks: passed}, http.StatusOK
 	if len(failed) > 0 {
 		body, code = readyBody{Status: "unavailable", Checks: failed}, http.StatusServiceUnavailable
-		s.logger.Warn("not ready", "failed", len(failed))
 	}
 	slices.SortFunc(body.Checks, func(a, b checkResult) int { return strings.Compare(a.Name, b.Name) })
+	if len(failed) > 0 {
+		named := make([]string, len(failed))
+		for i, c := range body.Checks {
+			named[i] = c.Name + ": " + c.Error
+		}
+		s.logger.Warn("not ready", "failed", strings.Join(named, "; "))
+	}
 
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Cache-Control", "no-store")

@@ -1,10 +1,12 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -68,9 +70,13 @@ func TestReadyzFailing(t *testing.T) {
 			"lease":    errors.New("not leader"),
 		}
 	}
-	rec := get(t, New(":0", nil, ready, nil), "/readyz")
+	var logs bytes.Buffer
+	rec := get(t, New(":0", nil, ready, slog.New(slog.NewTextHandler(&logs, nil))), "/readyz")
 	if rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("status %d, want 503", rec.Code)
+	}
+	if !strings.Contains(logs.String(), `msg="not ready" failed="lease: not leader; sink: broker unreachable"`) {
+		t.Errorf("logged %q: want each failed check named", logs.String())
 	}
 	body := decodeReady(t, rec)
 	want := []checkResult{

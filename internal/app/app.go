@@ -49,6 +49,7 @@ type App struct {
 	statsInterval time.Duration
 
 	mu        sync.Mutex
+	closed    bool // Close has run
 	adminAddr string
 	sinks     map[string]sink.Publisher
 	running   map[string]*runningSource
@@ -299,6 +300,10 @@ func (a *App) sink(name string) (sink.Publisher, error) {
 func (a *App) Close() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.closed {
+		return
+	}
+	a.closed = true
 	// Sinks flush concurrently, within the shutdown timeout whatever the
 	// brokers do.
 	ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(a.cfg.Shutdown.Timeout.D(), config.DefaultShutdownTimeout))

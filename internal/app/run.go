@@ -48,7 +48,6 @@ func (a *App) Run(ctx context.Context) error {
 		if err := srv.Listen(); err != nil {
 			return fmt.Errorf("admin.listen: %w", err)
 		}
-		a.log.Info("admin server listening", "addr", srv.Addr())
 		a.mu.Lock()
 		a.adminAddr = srv.Addr()
 		a.mu.Unlock()

@@ -20,7 +20,7 @@ import (
 
 // Execute runs the command line with args and returns the exit code.
 func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	ctx, stop := signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	ctx, stop := signalContext(ctx)
 	defer stop()
 	root := NewRoot(stdout, stderr)
 	root.SetArgs(args)
@@ -29,6 +29,43 @@ func Execute(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// Signalled is the cause of a command's context once SIGINT or SIGTERM
+// arrived.
+type Signalled struct{ Signal os.Signal }
+
+func (s Signalled) Error() string {
+	switch s.Signal {
+	case syscall.SIGTERM:
+		return "received SIGTERM"
+	case syscall.SIGINT:
+		return "received SIGINT"
+	}
+	return "received " + s.Signal.String()
+}
+
+// signalContext is ctx cancelled, with a Signalled cause, by the first
+// SIGINT or SIGTERM; a second one ends the process at once, as signals do
+// by default.
+func signalContext(ctx context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case sig := <-ch:
+			signal.Stop(ch)
+			cancel(Signalled{sig})
+		case <-done:
+		}
+	}()
+	return ctx, func() {
+		close(done)
+		signal.Stop(ch)
+		cancel(nil)
+	}
 }
 
 type globals struct {

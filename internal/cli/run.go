@@ -1,8 +1,10 @@
 package cli
 
 import (
+	"context"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -55,8 +57,20 @@ func newRun(g *globals) *cobra.Command {
 				}
 			}
 			log.Info("relay starting", "sources", len(cfg.Sources))
+			stopping := make(chan time.Time, 1)
+			context.AfterFunc(ctx, func() {
+				stopping <- time.Now()
+				log.Info("shutting down: finishing the batches in flight, then closing the sinks",
+					"cause", context.Cause(ctx), "timeout", cfg.Shutdown.Timeout.D())
+			})
 			err = a.Run(ctx)
-			log.Info("relay stopped")
+			if ctx.Err() == nil {
+				return err // Run failed; the deferred Close still runs
+			}
+			since := <-stopping
+			log.Info("batches in flight finished", "took", time.Since(since).Round(time.Millisecond))
+			a.Close()
+			log.Info("relay stopped", "took", time.Since(since).Round(time.Millisecond))
 			return err
 		},
 	}

@@ -127,6 +127,7 @@ func (p *Publisher) session(ctx context.Context) (*session, error) {
 	p.mu.Unlock()
 	p.logger.InfoContext(ctx, "mqtt connected", "addr", p.addr, "client_id", p.cfg.ClientID)
 	context.AfterFunc(s.ctx, func() {
+		defer close(s.ended)
 		if cause := context.Cause(s.ctx); !errors.Is(cause, ErrClosed) {
 			p.logger.Warn("mqtt connection lost", "addr", p.addr, "err", cause)
 		}
@@ -154,13 +155,17 @@ func (p *Publisher) Ping(ctx context.Context) error {
 
 // Close disconnects; messages in flight fail retryably, and so does
 // Publish afterwards.
-func (p *Publisher) Close(context.Context) error {
+func (p *Publisher) Close(ctx context.Context) error {
 	p.mu.Lock()
 	s := p.cur
 	p.closed, p.cur = true, nil
 	p.mu.Unlock()
 	if s != nil {
 		s.close()
+		select {
+		case <-s.ended: // nothing logs about the session after Close
+		case <-ctx.Done():
+		}
 	}
 	return nil
 }

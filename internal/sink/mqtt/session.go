@@ -23,6 +23,7 @@ type session struct {
 	// ctx ends, with the reason as its cause, when the connection is gone.
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+	ended  chan struct{} // closed once the session's end is handled
 }
 
 // connect dials addr and exchanges CONNECT/CONNACK.
@@ -41,7 +42,7 @@ func connect(ctx context.Context, cfg *Config, addr string, tc *tls.Config) (*se
 		return nil, fmt.Errorf("dial %s: %w", addr, err)
 	}
 	sctx, end := context.WithCancelCause(context.Background())
-	s := &session{ctx: sctx, cancel: end}
+	s := &session{ctx: sctx, cancel: end, ended: make(chan struct{})}
 	s.cli = paho.NewClient(paho.ClientConfig{
 		ClientID:      cfg.ClientID,
 		Conn:          conn,
@@ -94,10 +95,13 @@ func (s *session) alive() bool { return s.ctx.Err() == nil }
 
 // close disconnects gracefully.
 func (s *session) close() {
-	if s.alive() {
+	alive := s.alive()
+	// The cause is set first: the disconnect ends the client, whose end
+	// would otherwise be taken for a lost connection.
+	s.cancel(ErrClosed)
+	if alive {
 		_ = s.cli.Disconnect(&paho.Disconnect{ReasonCode: 0})
 	}
-	s.cancel(ErrClosed)
 }
 
 // publish sends pb and waits for its PUBACK, the connection's end or ctx.

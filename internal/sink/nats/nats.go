@@ -97,6 +97,7 @@ type Publisher struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	closed    chan struct{} // closed once the connection is
 }
 
 var _ sink.Publisher = (*Publisher)(nil)
@@ -131,10 +132,17 @@ func New(cfg Config, opts ...Option) (*Publisher, error) {
 	if err != nil {
 		return nil, fmt.Errorf("nats sink: %w", err)
 	}
+	closed := make(chan struct{})
 	copts = append(copts,
-		natsclient.DisconnectErrHandler(func(_ *natsclient.Conn, err error) {
+		natsclient.DisconnectErrHandler(func(c *natsclient.Conn, err error) {
+			if err == nil || c.IsClosed() {
+				return // the relay closed it: not news
+			}
 			log.Warn("nats connection lost", slog.Any("error", err))
 		}),
+		// Called after every other callback of the connection, once it
+		// is closed: Close waits for it, so nothing logs after Close.
+		natsclient.ClosedHandler(func(*natsclient.Conn) { close(closed) }),
 		natsclient.ReconnectHandler(func(c *natsclient.Conn) {
 			log.Info("nats connection restored", slog.String("server", c.ConnectedUrlRedacted()))
 		}),
@@ -158,11 +166,12 @@ func New(cfg Config, opts ...Option) (*Publisher, error) {
 		return nil, fmt.Errorf("nats sink: jetstream: %w", err)
 	}
 	p := &Publisher{
-		cfg:   cfg,
-		log:   log,
-		conn:  conn,
-		js:    js,
-		slots: make(chan struct{}, cfg.MaxPending),
+		cfg:    cfg,
+		log:    log,
+		conn:   conn,
+		closed: closed,
+		js:     js,
+		slots:  make(chan struct{}, cfg.MaxPending),
 	}
 	p.windows = newWindowChecks(p)
 	return p, nil
@@ -201,6 +210,10 @@ func (p *Publisher) Close(ctx context.Context) error {
 			p.closeErr = fmt.Errorf("nats: close before every PubAck arrived: %w", ctx.Err())
 		}
 		p.conn.Close()
+		select {
+		case <-p.closed:
+		case <-ctx.Done():
+		}
 	})
 	return p.closeErr
 }
