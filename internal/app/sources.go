@@ -105,15 +105,30 @@ func routeExtras(path string, rs []config.Route, l *layout.Layout, cols []layout
 // Resolve lists every source of the configuration: listed tables, and the
 // tables discovery finds now.
 func (a *App) Resolve(ctx context.Context) ([]*Source, error) {
-	var out []*Source
+	out, errs := a.ResolveEach(ctx)
+	if len(errs) > 0 {
+		return nil, errs[0]
+	}
+	return out, nil
+}
+
+// ResolveEach resolves every configured source and returns those that
+// resolved and an error for each that did not, naming it, so that one
+// mistake does not hide the others.
+func (a *App) ResolveEach(ctx context.Context) ([]*Source, []error) {
+	var (
+		out  []*Source
+		errs []error
+	)
 	for i, cs := range a.cfg.Sources {
 		srcs, err := a.resolveConfigSource(ctx, i, cs)
 		if err != nil {
-			return nil, err
+			errs = append(errs, fmt.Errorf("source %q: %w", cs.Name, err))
+			continue
 		}
 		out = append(out, srcs...)
 	}
-	return out, nil
+	return out, errs
 }
 
 func (a *App) resolveConfigSource(ctx context.Context, i int, cs config.Source) ([]*Source, error) {

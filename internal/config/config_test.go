@@ -98,8 +98,8 @@ var badFixtures = map[string][]string{
 		`sources[2].name: must match`,
 	},
 	"bad_batch_size.bad.yaml": {
-		`sources[1].batch_size: must be between 1 and 10000, got 0`,
-		`sources[2].batch_size: must be between 1 and 10000, got 20000`,
+		`source "b": sources[1].batch_size: must be between 1 and 10000, got 0`,
+		`source "c": sources[2].batch_size: must be between 1 and 10000, got 20000`,
 	},
 	"bad_circuit.bad.yaml": {
 		`sinks.k.circuit.failures: must be at least 1, got 0`,

@@ -12,12 +12,20 @@ type Problem struct {
 	// a whole.
 	Path    string
 	Message string
+	// Source is the name of the source the path is in, when it has one.
+	Source string
 }
+
+// SourcePath is the path of source i in the file, "sources[1]".
+func SourcePath(i int) string { return fmt.Sprintf("sources[%d]", i) }
 
 // String formats the problem as "<path>: <message>".
 func (p Problem) String() string {
-	if p.Path == "" {
+	switch {
+	case p.Path == "":
 		return p.Message
+	case p.Source != "":
+		return fmt.Sprintf("source %q: %s: %s", p.Source, p.Path, p.Message)
 	}
 	return p.Path + ": " + p.Message
 }

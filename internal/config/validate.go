@@ -64,6 +64,16 @@ func (c *Config) Validate() error {
 	for i := range c.Sources {
 		c.validateSource(&ps, i, seen)
 	}
+	// Name the source of each problem: "sources[3]" alone sends the
+	// reader counting list items.
+	for k := range ps {
+		for i, s := range c.Sources {
+			p := SourcePath(i)
+			if s.Name != "" && (ps[k].Path == p || strings.HasPrefix(ps[k].Path, p+".")) {
+				ps[k].Source = s.Name
+			}
+		}
+	}
 	return ps.err()
 }
 

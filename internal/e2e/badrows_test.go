@@ -7,15 +7,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
 // TestBadRowsDeadLettered: rows that can never be published (invalid JSON in
-// a text payload column, a NULL topic, a payload over the sink's limit, a
-// topic that does not exist with auto-create off) land in failed_events with
+// a text payload column, a NULL topic, a payload over the sink's limit) land
+// in failed_events with
 // a readable reason, and the relay keeps relaying the good rows around them.
 // The layout here is built from config alone: a text payload, a topic
 // column, delete on success.
@@ -41,7 +44,6 @@ CREATE TABLE app.events (
 		{"badjson", "things", `{"ok": 2`, "invalid payload: not valid JSON"},
 		{"nulltopic", "", `{"ok": 3}`, "missing topic"},
 		{"huge", "things", `{"pad": "` + strings.Repeat("x", 5000) + `"}`, "message too large"},
-		{"unknowntopic", "no-such-topic", `{"ok": 5}`, "UNKNOWN_TOPIC_OR_PARTITION"},
 		{"good2", "things", `{"ok": 6}`, ""},
 	}
 	ids := map[string]string{}
@@ -66,10 +68,10 @@ CREATE TABLE app.events (
 	runRelay(t, cfg)
 
 	col.waitDistinct(t, 2, 30*time.Second)
-	waitFor(t, 30*time.Second, "four dead letters", func() (bool, string) {
+	waitFor(t, 30*time.Second, "three dead letters", func() (bool, string) {
 		var n int
 		_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events").Scan(&n)
-		return n == 4, fmt.Sprintf("%d/4", n)
+		return n == 3, fmt.Sprintf("%d/3", n)
 	})
 	for _, r := range rows {
 		if r.reason == "" {
@@ -112,4 +114,62 @@ FROM outbox_relay.failed_events WHERE original_event_id = $1`, ids[r.name]).Scan
 		_, ok := distinct(col.records())[late]
 		return ok, "not yet"
 	})
+}
+
+// TestMissingTopicIsRetried: a topic that does not exist yet is an
+// operations problem, not a poison message. Its row backs off (its key
+// held, the other rows delivered meanwhile) and is delivered once the topic
+// is created, with no dead letter.
+func TestMissingTopicIsRetried(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
+	c := kafkaCluster(t, kfake.SeedTopics(2, "orders"))
+	brokers := c.ListenAddrs()
+	insert := func(topic, key string, n int) string {
+		var id string
+		if err := pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload, created_at)
+VALUES ('Order', $1, 'order.placed', $2, jsonb_build_object('n', $3::int), clock_timestamp()) RETURNING id::text`, key, topic, n).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	const held = "11111111-1111-1111-1111-111111111111"
+	first := insert("invoices", held, 1) // the topic does not exist yet
+	second := insert("orders", held, 2)  // same key: waits for the first
+	other := insert("orders", "22222222-2222-2222-2222-222222222222", 3)
+	col := collect(t, brokers, "orders", "invoices")
+	cfg := baseConfig(dsn, brokers, config.Source{Name: "shop", Table: "public.outbox", Preset: "status", BatchSize: 10,
+		Backoff: config.Backoff{Initial: config.Duration(200 * time.Millisecond), Max: config.Duration(500 * time.Millisecond)}})
+	a, _ := runApp(t, cfg)
+	waitFor(t, 30*time.Second, "the other key delivered and the missing topic's row retried", func() (bool, string) {
+		retried := gathered(t, a, "outbox_relay_events_retried_total", "source", "shop")
+		_, ok := distinct(col.records())[other]
+		return ok && retried > 0, fmt.Sprintf("other delivered %v, %v retries", ok, retried)
+	})
+	var dead int
+	_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events").Scan(&dead)
+	if got := distinct(col.records()); dead != 0 || got[first] != nil || got[second] != nil {
+		t.Fatalf("before the topic exists: %d dead letters, first row delivered %v, second %v", dead, got[first] != nil, got[second] != nil)
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	adm := kadm.NewClient(cl)
+	if _, err := adm.CreateTopic(ctx, 1, 1, nil, "invoices"); err != nil {
+		t.Fatal(err)
+	}
+	col.waitDistinct(t, 3, 30*time.Second)
+	// The two topics are read apart: the produce times tell the order.
+	got := distinct(col.records())
+	if t1, t2 := got[first].Timestamp, got[second].Timestamp; t2.Before(t1) {
+		t.Fatalf("the held key's second row was produced at %v, before its first at %v", t2, t1)
+	}
+	_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events").Scan(&dead)
+	if dead != 0 {
+		t.Fatalf("%d dead letters for a topic that was only missing for a while", dead)
+	}
 }

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
@@ -44,7 +46,7 @@ func TestChaosTerminalUnderBacklog(t *testing.T) {
 	for i := range rows {
 		typ := "order.created"
 		if i%37 == 5 {
-			typ = "poison" // routed to a topic that does not exist: terminal
+			typ = "poison" // routed to a topic that refuses every record: terminal
 		}
 		var id string
 		key := fmt.Sprintf("k%d", i%keys)
@@ -57,10 +59,11 @@ VALUES ('Order', $1, $2, '{}') RETURNING id::text`, key, typ).Scan(&id); err != 
 			poison[id] = true
 		}
 	}
-	c := kafkaCluster(t, kfake.SeedTopics(4, "order.created"))
+	c := kafkaCluster(t, kfake.SeedTopics(4, "order.created", "refused"))
+	c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "refused", Err: kerr.InvalidRecord, Count: -1})
 	cfg := baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "orders", Table: "public.outbox", Preset: "published-flag",
 		BatchSize: 100, Pipeline: 4})
-	cfg.Sources[0].Routes = []config.Route{{Name: "poison", EventTypes: []string{"poison"}, Sink: "kafka", Topic: "no-such-topic"}}
+	cfg.Sources[0].Routes = []config.Route{{Name: "poison", EventTypes: []string{"poison"}, Sink: "kafka", Topic: "refused"}}
 	cfg.ApplyDefaults()
 	col := collect(t, c.ListenAddrs(), "order.created")
 	start := time.Now()

@@ -57,7 +57,7 @@ var environmental = map[*kerr.Error]bool{
 // deliver it after its successors, so it goes to the dead-letter table.
 // Retryable failures take retries or a timeout to surface, by which time the
 // later messages are buffered behind them and fail with them.
-func classify(err error, autoCreate bool) class {
+func classify(err error) class {
 	switch {
 	// Give-ups come first: a delivery timeout wraps the last load error,
 	// which may be an unknown topic that auto-creation is about to fix.
@@ -70,10 +70,12 @@ func classify(err error, autoCreate bool) class {
 		errors.Is(err, context.DeadlineExceeded):
 		return retryable
 	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID):
-		if autoCreate {
-			return retryable
-		}
-		return badTopic
+		// A topic that does not exist yet is an operations problem (it
+		// is about to be created, or its creation was forgotten), not a
+		// poison message: the row backs off and is dead-lettered only
+		// once its retry budget is spent. Every message to the topic
+		// fails alike, so retrying keeps order.
+		return retryable
 	case errors.Is(err, kerr.InvalidTopicException):
 		return badTopic
 	case errors.Is(err, kerr.CorruptMessage): // retriable code, but franz-go gives up at once
@@ -87,12 +89,12 @@ func classify(err error, autoCreate bool) class {
 }
 
 // result turns a produce error into Publish's answer for the message.
-func result(topic string, err error, autoCreate bool) error {
+func result(topic string, err error) error {
 	if err == nil {
 		return nil
 	}
 	err = fmt.Errorf("produce to topic %q: %w", topic, err)
-	if classify(err, autoCreate) != retryable {
+	if classify(err) != retryable {
 		return sink.Terminal(err)
 	}
 	return err

@@ -15,36 +15,34 @@ import (
 func TestClassify(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name       string
-		err        error
-		autoCreate bool
-		want       class
+		name string
+		err  error
+		want class
 	}{
-		{"record timeout", kgo.ErrRecordTimeout, false, retryable},
-		{"timeout after unknown topic", fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, kerr.UnknownTopicOrPartition), false, retryable},
-		{"retries", kgo.ErrRecordRetries, false, retryable},
-		{"client closed", kgo.ErrClientClosed, false, retryable},
-		{"canceled", context.Canceled, false, retryable},
-		{"deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), false, retryable},
-		{"retriable code", kerr.NotEnoughReplicas, false, retryable},
-		{"leader moved", kerr.NotLeaderForPartition, false, retryable},
-		{"plain error", errors.New("broken pipe"), false, retryable},
-		{"topic authorization", kerr.TopicAuthorizationFailed, false, retryable},
-		{"cluster authorization", kerr.ClusterAuthorizationFailed, false, retryable},
-		{"unknown server error", kerr.UnknownServerError, false, retryable},
-		{"too large", kerr.MessageTooLarge, false, badRecord},
-		{"too large, wrapped", fmt.Errorf("%w (uncompressed_bytes=9)", kerr.MessageTooLarge), false, badRecord},
-		{"record list too large", kerr.RecordListTooLarge, false, badRecord},
-		{"invalid record", kerr.InvalidRecord, false, badRecord},
-		{"corrupt", kerr.CorruptMessage, false, badRecord},
-		{"invalid timestamp", kerr.InvalidTimestamp, false, badRecord},
-		{"other non-retriable", kerr.PolicyViolation, false, badRecord},
-		{"invalid topic", kerr.InvalidTopicException, false, badTopic},
-		{"unknown topic", kerr.UnknownTopicOrPartition, false, badTopic},
-		{"unknown topic id", kerr.UnknownTopicID, false, badTopic},
-		{"unknown topic, auto-create", kerr.UnknownTopicOrPartition, true, retryable},
+		{"record timeout", kgo.ErrRecordTimeout, retryable},
+		{"timeout after unknown topic", fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, kerr.UnknownTopicOrPartition), retryable},
+		{"retries", kgo.ErrRecordRetries, retryable},
+		{"client closed", kgo.ErrClientClosed, retryable},
+		{"canceled", context.Canceled, retryable},
+		{"deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), retryable},
+		{"retriable code", kerr.NotEnoughReplicas, retryable},
+		{"leader moved", kerr.NotLeaderForPartition, retryable},
+		{"plain error", errors.New("broken pipe"), retryable},
+		{"topic authorization", kerr.TopicAuthorizationFailed, retryable},
+		{"cluster authorization", kerr.ClusterAuthorizationFailed, retryable},
+		{"unknown server error", kerr.UnknownServerError, retryable},
+		{"too large", kerr.MessageTooLarge, badRecord},
+		{"too large, wrapped", fmt.Errorf("%w (uncompressed_bytes=9)", kerr.MessageTooLarge), badRecord},
+		{"record list too large", kerr.RecordListTooLarge, badRecord},
+		{"invalid record", kerr.InvalidRecord, badRecord},
+		{"corrupt", kerr.CorruptMessage, badRecord},
+		{"invalid timestamp", kerr.InvalidTimestamp, badRecord},
+		{"other non-retriable", kerr.PolicyViolation, badRecord},
+		{"invalid topic", kerr.InvalidTopicException, badTopic},
+		{"unknown topic", kerr.UnknownTopicOrPartition, retryable},
+		{"unknown topic id", kerr.UnknownTopicID, retryable},
 	} {
-		if got := classify(tc.err, tc.autoCreate); got != tc.want {
+		if got := classify(tc.err); got != tc.want {
 			t.Errorf("%s: got class %d, want %d", tc.name, got, tc.want)
 		}
 	}
@@ -52,17 +50,17 @@ func TestClassify(t *testing.T) {
 
 func TestResult(t *testing.T) {
 	t.Parallel()
-	if result("t", nil, false) != nil {
+	if result("t", nil) != nil {
 		t.Fatal("nil error became non-nil")
 	}
-	err := result("t", kerr.InvalidRecord, false)
+	err := result("t", kerr.InvalidRecord)
 	if !sink.IsTerminal(err) || !errors.Is(err, kerr.InvalidRecord) {
 		t.Fatalf("invalid record: got %v, terminal %v", err, sink.IsTerminal(err))
 	}
 	if want := `produce to topic "t": INVALID_RECORD: ` + kerr.InvalidRecord.Description; err.Error() != want {
 		t.Fatalf("got %q, want %q", err, want)
 	}
-	err = result("t", kgo.ErrRecordRetries, false)
+	err = result("t", kgo.ErrRecordRetries)
 	if sink.IsTerminal(err) || !errors.Is(err, kgo.ErrRecordRetries) {
 		t.Fatalf("retries: got %v, terminal %v", err, sink.IsTerminal(err))
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -60,9 +61,19 @@ func TestConformance(t *testing.T) {
 				return got, nil
 			}
 		},
-		Unroutable: func(t *testing.T) string { return "no-such-topic" },
-		Keys:       true,
-		NoProxy:    true,
+		// A topic the broker refuses for good (a missing topic is
+		// retried: see TestPublishUnknownTopic).
+		Unroutable: func(t *testing.T) string {
+			topic := fmt.Sprintf("refused-%d", topics.Add(1))
+			adm := kadm.NewClient(newClient(t, c))
+			if _, err := adm.CreateTopic(testCtx(t), testPartitions, 1, nil, topic); err != nil {
+				t.Fatal(err)
+			}
+			c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.InvalidTopicException, Count: -1})
+			return topic
+		},
+		Keys:    true,
+		NoProxy: true,
 		Cut: func(t *testing.T, d time.Duration) {
 			until := time.Now().Add(d)
 			c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {

@@ -61,9 +61,8 @@ import (
 
 // Publisher publishes messages to Kafka. It is safe for concurrent use.
 type Publisher struct {
-	client     *kgo.Client
-	maxBytes   int
-	autoCreate bool
+	client   *kgo.Client
+	maxBytes int
 
 	closeOnce sync.Once
 	closeErr  error
@@ -122,7 +121,7 @@ func New(cfg config.Sink, opts ...Option) (*Publisher, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Publisher{client: client, maxBytes: s.maxBytes, autoCreate: cfg.AutoCreateTopics}, nil
+	return &Publisher{client: client, maxBytes: s.maxBytes}, nil
 }
 
 // MaxMessageBytes is the largest payload Publish accepts.

@@ -16,7 +16,7 @@ import (
 //     retried without breaking the key's order: it becomes terminal.
 //   - After a retryable failure, later messages of the key that failed with
 //     a record error are held back (retryable) rather than sent alone again.
-func order(out []outcome, autoCreate bool) {
+func order(out []outcome) {
 	overtaken := make(map[string]bool)
 	for i := len(out) - 1; i >= 0; i-- {
 		o := &out[i]
@@ -27,10 +27,10 @@ func order(out []outcome, autoCreate bool) {
 		case o.state == stateOK:
 			overtaken[o.key] = true
 		case o.state == stateFailed && overtaken[o.key]:
-			if classify(o.err, autoCreate) == retryable {
+			if classify(o.err) == retryable {
 				o.err = sink.Terminal(fmt.Errorf("produce to topic %q: a later message with the same key was delivered: %w", o.topic, o.err))
 			} else {
-				o.err = result(o.topic, o.err, autoCreate)
+				o.err = result(o.topic, o.err)
 			}
 			o.state = stateFinal
 		}
@@ -41,7 +41,7 @@ func order(out []outcome, autoCreate bool) {
 		if o.key == "" || o.state != stateFailed {
 			continue
 		}
-		switch classify(o.err, autoCreate) {
+		switch classify(o.err) {
 		case retryable:
 			failed[o.key] = true
 		case badRecord:
@@ -64,7 +64,7 @@ type topicPartition struct {
 func (c *call) isolate(ctx context.Context) {
 	groups := make(map[topicPartition][]int)
 	for i, o := range c.out {
-		if o.state == stateFailed && o.part >= 0 && classify(o.err, c.p.autoCreate) == badRecord {
+		if o.state == stateFailed && o.part >= 0 && classify(o.err) == badRecord {
 			tp := topicPartition{o.topic, o.part}
 			groups[tp] = append(groups[tp], i)
 		}
@@ -92,6 +92,6 @@ func (c *call) resend(ctx context.Context, idx []int) {
 			continue
 		}
 		o.state, o.err = stateFailed, err
-		held = classify(err, c.p.autoCreate) == retryable
+		held = classify(err) == retryable
 	}
 }

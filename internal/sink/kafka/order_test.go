@@ -24,11 +24,11 @@ func answers(out []outcome) []string {
 		switch {
 		case o.state == stateOK:
 			s[i] = "ok"
-		case o.state == stateFailed && classify(o.err, false) == badRecord:
+		case o.state == stateFailed && classify(o.err) == badRecord:
 			s[i] = "isolate"
 		case errors.Is(o.err, errHeld) && !sink.IsTerminal(o.err):
 			s[i] = "held"
-		case o.state == stateFailed && classify(o.err, false) == retryable:
+		case o.state == stateFailed && classify(o.err) == retryable:
 			s[i] = "retry"
 		case o.state == stateFinal && sink.IsTerminal(o.err), o.state == stateFailed:
 			s[i] = "terminal"
@@ -83,12 +83,12 @@ func TestOrder(t *testing.T) {
 			[]string{"isolate", "isolate"},
 		},
 		{
-			"unknown topic stays terminal",
-			[]outcome{failed("a", unknown), failed("a", unknown)},
-			[]string{"terminal", "terminal"},
+			"unknown topic is retried, and holds its key",
+			[]outcome{failed("a", unknown), ok("b"), failed("a", unknown)},
+			[]string{"retry", "ok", "retry"},
 		},
 	} {
-		order(tc.out, false)
+		order(tc.out)
 		got := answers(tc.out)
 		for i := range got {
 			if got[i] != tc.want[i] {

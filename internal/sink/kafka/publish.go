@@ -56,7 +56,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*sink.Message) []error {
 	c := &call{p: p, msgs: msgs, out: make([]outcome, len(msgs)), failed: make(map[string]bool)}
 	c.send(ctx)
 	c.wait(ctx)
-	order(c.out, p.autoCreate)
+	order(c.out)
 	if ctx.Err() == nil {
 		c.isolate(ctx)
 	}
@@ -65,7 +65,7 @@ func (p *Publisher) Publish(ctx context.Context, msgs []*sink.Message) []error {
 		switch o.state {
 		case stateOK:
 		case stateFailed:
-			errs[i] = result(o.topic, o.err, p.autoCreate)
+			errs[i] = result(o.topic, o.err)
 		default:
 			errs[i] = o.err
 		}
@@ -116,7 +116,7 @@ func (c *call) answer(i int, r *kgo.Record, err error) {
 	o.state, o.err = stateFailed, err
 	// Every message of an unusable topic fails anyway: holding the rest
 	// back would only make their terminal answers retryable.
-	if o.key != "" && classify(err, c.p.autoCreate) != badTopic {
+	if o.key != "" && classify(err) != badTopic {
 		c.failed[o.key] = true
 	}
 }

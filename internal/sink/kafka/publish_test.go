@@ -128,8 +128,8 @@ func TestPublishUnknownTopic(t *testing.T) {
 	missing.Destination = "missing"
 	start := time.Now()
 	errs := p.Publish(testCtx(t), []*sink.Message{missing, msg("2", "", []byte("y"))})
-	if !sink.IsTerminal(errs[0]) || !errors.Is(errs[0], kerr.UnknownTopicOrPartition) {
-		t.Fatalf("unknown topic: want terminal UNKNOWN_TOPIC_OR_PARTITION, got %v", errs[0])
+	if errs[0] == nil || sink.IsTerminal(errs[0]) || !errors.Is(errs[0], kerr.UnknownTopicOrPartition) {
+		t.Fatalf("unknown topic: want a retryable UNKNOWN_TOPIC_OR_PARTITION, got %v", errs[0])
 	}
 	if errs[1] != nil {
 		t.Fatalf("known topic: %v", errs[1])

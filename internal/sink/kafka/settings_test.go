@@ -139,12 +139,12 @@ func TestLoggerAndMetrics(t *testing.T) {
 	t.Parallel()
 	c := newCluster(t)
 	var logs syncBuffer
-	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	logger := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	reg := prometheus.NewRegistry()
 	p := newPublisher(t, testConfig(c), WithLogger(logger), WithRegisterer(reg))
 
-	if got := (slogLogger{logger}).Level(); got != kgo.LogLevelInfo {
-		t.Errorf("log level %v, want info", got)
+	if got := (slogLogger{logger}).Level(); got != kgo.LogLevelDebug {
+		t.Errorf("log level %v, want debug", got)
 	}
 	if err := p.Publish(testCtx(t), []*sink.Message{msg("a", "", []byte("x"))})[0]; err != nil {
 		t.Fatal(err)
@@ -161,7 +161,7 @@ func TestLoggerAndMetrics(t *testing.T) {
 		t.Errorf("no client metrics among %v", names)
 	}
 	_ = p.Close(testCtx(t))
-	if !strings.Contains(logs.String(), "level=INFO") {
+	if !strings.Contains(logs.String(), "level=DEBUG") {
 		t.Errorf("no client logs: %q", logs.String())
 	}
 }
