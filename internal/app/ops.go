@@ -3,7 +3,10 @@ package app
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 
+	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
@@ -56,4 +59,101 @@ func (a *App) CheckGrants(ctx context.Context, s *Source) (Grants, error) {
 	need := s.Layout.NeededPrivileges()
 	p, err := postgres.CheckPrivileges(ctx, s.Pool, s.Table, need, s.Layout.UpdatedColumns()...)
 	return Grants{Need: need, Missing: p.Missing, Extra: p.Extra}, err
+}
+
+// SchemaState is how a database's relay schema stands for the role the
+// relay connects as.
+type SchemaState struct {
+	// Total and Pending count the relay's migrations and those not yet
+	// applied; Pending is -1 when the role cannot read them.
+	Total, Pending int
+	// CanMigrate says whether the role can apply what is pending, as run
+	// does at start.
+	CanMigrate bool
+	// Missing is what the role lacks on the schema's tables to run.
+	Missing []string
+}
+
+// CheckSchema reports how database db's relay schema stands.
+func (a *App) CheckSchema(ctx context.Context, db string) (SchemaState, error) {
+	var st SchemaState
+	m, err := NewMigrator(a.cfg, db)
+	if err != nil {
+		return st, err
+	}
+	defer func() { _ = m.Close() }()
+	st.Pending = -1
+	if list, err := m.Status(ctx); err == nil {
+		st.Total, st.Pending = len(list), 0
+		for _, s := range list {
+			if !s.Applied {
+				st.Pending++
+			}
+		}
+	}
+	if my, ok := a.mysqlDBs[db]; ok {
+		st.CanMigrate, err = mysql.CanMigrate(ctx, my, a.cfg.RelaySchema)
+	} else {
+		st.CanMigrate, err = postgres.CanMigrate(ctx, a.pools[db], a.cfg.RelaySchema)
+	}
+	if err != nil {
+		return st, err
+	}
+	st.Missing, err = a.CheckRelaySchema(ctx, db)
+	return st, err
+}
+
+// Topics lists, per sink, the topics the sources' configurations name
+// literally (a template's topics depend on the rows).
+func Topics(srcs []*Source) map[string][]string {
+	out := map[string][]string{}
+	add := func(sinkName, topic string) {
+		if sinkName != "" && topic != "" && !slices.Contains(out[sinkName], topic) {
+			out[sinkName] = append(out[sinkName], topic)
+		}
+	}
+	for _, s := range srcs {
+		if len(s.Layout.Topic.Columns()) == 0 {
+			add(s.Config.Sink, s.Layout.Topic.String())
+		}
+		for _, r := range s.Config.Routes {
+			if r.Topic != "" && !strings.Contains(r.Topic, "{") {
+				add(r.Sink, r.Topic)
+			}
+		}
+	}
+	for _, ts := range out {
+		slices.Sort(ts)
+	}
+	return out
+}
+
+// MissingTopics returns those of topics that sink name cannot find, for
+// sinks that can tell (Kafka); ok is false for the others.
+func (a *App) MissingTopics(ctx context.Context, name string, topics []string) (missing []string, ok bool, err error) {
+	s, err := a.sink(name)
+	if err != nil {
+		return nil, false, err
+	}
+	if w, isWrapped := s.(interface{ Unwrap() sink.Publisher }); isWrapped {
+		s = w.Unwrap()
+	}
+	m, ok := s.(interface {
+		MissingTopics(context.Context, []string) ([]string, error)
+	})
+	if !ok {
+		return nil, false, nil
+	}
+	missing, err = m.MissingTopics(ctx, topics)
+	return missing, true, err
+}
+
+// TriggerState says whether the wake-up trigger is on a PostgreSQL
+// source's table and, if not, whether run can install it.
+func (a *App) TriggerState(ctx context.Context, s *Source) (installed, canInstall bool, err error) {
+	if installed, err = postgres.HasTrigger(ctx, s.Pool, s.Table, a.cfg.RelaySchema); err != nil || installed {
+		return installed, false, err
+	}
+	canInstall, err = postgres.CanInstallTrigger(ctx, s.Pool, s.Table)
+	return false, canInstall, err
 }

@@ -180,6 +180,7 @@ func (a *App) ensureTrigger(ctx context.Context, s *Source) (bool, error) {
 	if err := postgres.InstallTrigger(ctx, s.Pool, s.Table, a.cfg.RelaySchema); err != nil {
 		return false, err
 	}
+	a.log.Info("installed the wake-up trigger", "source", s.Name, "table", s.Table.String())
 	return true, nil
 }
 

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -11,6 +12,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 func newCheck(g *globals) *cobra.Command {
@@ -22,8 +25,15 @@ func newCheck(g *globals) *cobra.Command {
 source's layout against its table, and compares the role's grants with what
 the layout needs: SELECT and UPDATE on each outbox table, DELETE only where
 the layout deletes delivered rows. It reports grants that are missing and
-grants that are more than needed (INSERT, DELETE, TRUNCATE). It exits non-zero
-when something is missing (with --strict, also when something is extra).
+grants that are more than needed (INSERT, DELETE, TRUNCATE). It says whether
+the relay's own schema is migrated (run applies pending migrations at start,
+if the role may), whether each PostgreSQL table has the wake-up trigger (run
+installs it when it may), reaches every sink, and lists the Kafka topics the
+configuration names that do not exist.
+
+Every source and sink is checked, whatever fails before it; check exits
+non-zero when something is missing (with --strict, also when the role has
+more than it needs).
 
 It also warns when a table's columns cannot prove per-key order (for
 example random ids and a timestamp that rows of one multi-row INSERT
@@ -41,85 +51,187 @@ share), naming the fix; a warning is not a problem.`,
 				return err
 			}
 			defer a.Close()
-			problems := 0
+			c := &checker{out: out, a: a, cfg: cfg, strict: strict}
 			for _, name := range slices.Sorted(maps.Keys(cfg.Databases)) {
 				fmt.Fprintf(out, "databases.%s: connected\n", name)
-				missing, err := a.CheckRelaySchema(ctx, name)
-				if err != nil {
-					return err
-				}
-				if len(missing) == 0 {
-					fmt.Fprintf(out, "databases.%s: relay schema %s: ok\n", name, cfg.RelaySchema)
-				}
-				for _, m := range missing {
-					problems++
-					fmt.Fprintf(out, "databases.%s: relay schema: MISSING %s\n", name, m)
+				if err := c.schema(ctx, name); err != nil {
+					return fmt.Errorf("databases.%s: %w", name, err)
 				}
 			}
-			srcs, err := a.Resolve(ctx)
-			if err != nil {
-				return err
-			}
-			for i, cs := range cfg.Sources {
-				found := 0
-				for _, s := range srcs {
-					if s.Index == i {
-						found++
-					}
-				}
-				if found == 0 && cs.Discover != nil {
-					fmt.Fprintf(out, "source %s: discovery finds no table named %s in a schema matching %s (yet)\n",
-						cs.Name, strings.Join(cs.Discover.Tables, " or "), cs.Discover.Schemas)
-				}
-			}
-			for _, s := range srcs {
-				p, err := a.CheckGrants(ctx, s)
-				if err != nil {
-					return err
-				}
-				line := fmt.Sprintf("source %s: %s (mode %s) needs %s", s.Name, s.TableName(), s.Layout.Mode, strings.Join(p.Need, ", "))
-				switch {
-				case len(p.Missing) > 0:
-					problems++
-					line += ": MISSING " + strings.Join(p.Missing, ", ")
-				default:
-					line += ": ok"
-				}
-				if len(p.Extra) > 0 {
-					if strict {
-						problems++
-					}
-					line += "; more than needed: " + strings.Join(p.Extra, ", ")
-				}
-				fmt.Fprintln(out, line)
-				if s.OrderGap != "" {
-					fmt.Fprintf(out, "source %s: order: WARNING %s\n", s.Name, s.OrderGap)
-				}
-			}
+			srcs := c.sources(ctx)
 			if !skipSinks {
-				for _, name := range slices.Sorted(maps.Keys(cfg.Sinks)) {
-					if err := pingSink(ctx, a, name); err != nil {
-						problems++
-						fmt.Fprintf(out, "sinks.%s: UNREACHABLE: %v\n", name, err)
-					} else {
-						fmt.Fprintf(out, "sinks.%s: reachable\n", name)
-					}
-				}
+				c.sinks(ctx, srcs)
 			}
-			if problems > 0 {
-				return fmt.Errorf("check found %d problem(s)", problems)
+			if c.problems > 0 {
+				return fmt.Errorf("check found %d problem(s)", c.problems)
 			}
 			fmt.Fprintln(out, "check passed")
 			return nil
 		},
 	}
-	cmd.Flags().BoolVar(&skipSinks, "skip-sinks", false, "do not try to reach the brokers")
+	cmd.Flags().BoolVar(&skipSinks, "skip-sinks", false, "do not try to reach the brokers (nor look for missing topics)")
 	cmd.Flags().BoolVar(&strict, "strict", false, "also fail when the role has more privileges than needed")
 	return cmd
 }
 
-func pingSink(ctx context.Context, a *app.App, name string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	return a.PingSink(ctx, name)
+// checker prints check's findings and counts the problems among them.
+type checker struct {
+	out      interface{ Write([]byte) (int, error) }
+	a        *app.App
+	cfg      *config.Config
+	strict   bool
+	problems int
+}
+
+func (c *checker) say(format string, args ...any) { fmt.Fprintf(c.out, format+"\n", args...) }
+
+func (c *checker) problem(format string, args ...any) {
+	c.problems++
+	c.say(format, args...)
+}
+
+// schema reports how the relay's schema in database name stands.
+func (c *checker) schema(ctx context.Context, name string) error {
+	st, err := c.a.CheckSchema(ctx, name)
+	if err != nil {
+		return err
+	}
+	where := "relay schema " + c.cfg.RelaySchema
+	if c.cfg.Databases[name].Driver == "mysql" {
+		where = "relay database " + c.cfg.RelaySchema
+	}
+	switch {
+	case st.Pending > 0 && st.Pending == st.Total:
+		c.say("databases.%s: %s: not migrated yet (%d migrations); run applies them at start, or run `outbox-relay migrate up`", name, where, st.Total)
+	case st.Pending > 0:
+		c.say("databases.%s: %s: %d of %d migrations pending; run applies them at start", name, where, st.Pending, st.Total)
+	}
+	if st.Pending > 0 {
+		if !st.CanMigrate {
+			c.problem("databases.%s: %s: MISSING the right to apply the migrations: have the schema's owner run `outbox-relay migrate up`, then grant this role what check asks for", name, where)
+		}
+		return nil
+	}
+	if len(st.Missing) == 0 {
+		c.say("databases.%s: %s: ok", name, where)
+	}
+	for _, m := range st.Missing {
+		c.problem("databases.%s: relay schema: MISSING %s", name, m)
+	}
+	return nil
+}
+
+// sources resolves and checks every source, and returns those resolved.
+func (c *checker) sources(ctx context.Context) []*app.Source {
+	srcs, errs := c.a.ResolveEach(ctx)
+	for _, err := range errs {
+		if i := c.managedMissing(err); i >= 0 {
+			cs := c.cfg.Sources[i]
+			c.say("source %s: table %s does not exist yet; run (or `outbox-relay migrate up`) creates it (manage_table)", cs.Name, cs.Table)
+			continue
+		}
+		c.problem("%v", err)
+	}
+	for i, cs := range c.cfg.Sources {
+		found := slices.ContainsFunc(srcs, func(s *app.Source) bool { return s.Index == i })
+		if !found && cs.Discover != nil {
+			c.say("source %s: discovery finds no table named %s in a schema matching %s (yet)",
+				cs.Name, strings.Join(cs.Discover.Tables, " or "), cs.Discover.Schemas)
+		}
+	}
+	for _, s := range srcs {
+		c.source(ctx, s)
+	}
+	return srcs
+}
+
+// managedMissing returns the index of the source err is about when its
+// table is missing and the relay creates it (manage_table), else -1.
+func (c *checker) managedMissing(err error) int {
+	if !errors.Is(err, source.ErrNoTable) {
+		return -1
+	}
+	for i, cs := range c.cfg.Sources {
+		if cs.ManageTable != nil && *cs.ManageTable && strings.Contains(err.Error(), config.SourcePath(i)+".") {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *checker) source(ctx context.Context, s *app.Source) {
+	p, err := c.a.CheckGrants(ctx, s)
+	if err != nil {
+		c.problem("source %s: %v", s.Name, err)
+		return
+	}
+	line := fmt.Sprintf("source %s: %s (mode %s) needs %s", s.Name, s.TableName(), s.Layout.Mode, strings.Join(p.Need, ", "))
+	missing := len(p.Missing) > 0
+	if missing {
+		line += ": MISSING " + strings.Join(p.Missing, ", ")
+	} else {
+		line += ": ok"
+	}
+	if len(p.Extra) > 0 {
+		line += "; more than needed: " + strings.Join(p.Extra, ", ")
+	}
+	if missing || (c.strict && len(p.Extra) > 0) {
+		c.problem("%s", line)
+	} else {
+		c.say("%s", line)
+	}
+	if s.OrderGap != "" {
+		c.say("source %s: order: WARNING %s", s.Name, s.OrderGap)
+	}
+	if s.MySQL != nil || s.Config.Notify == "off" {
+		return
+	}
+	installed, canInstall, err := c.a.TriggerState(ctx, s)
+	switch {
+	case err != nil:
+		c.problem("source %s: wake-up trigger: %v", s.Name, err)
+	case installed:
+		c.say("source %s: wake-up trigger: installed", s.Name)
+	case s.Config.InstallTrigger != nil && !*s.Config.InstallTrigger:
+		c.say("source %s: wake-up trigger: not installed (install_trigger: false): the relay polls", s.Name)
+	case canInstall:
+		c.say("source %s: wake-up trigger: not installed yet; run installs it (AFTER INSERT, statement level, NOTIFY on %s)", s.Name, c.cfg.RelaySchema)
+	case s.Config.Notify == "on":
+		c.problem("source %s: wake-up trigger: MISSING, and this role may not create it (needs TRIGGER on %s); notify: on needs it", s.Name, s.TableName())
+	default:
+		c.say("source %s: wake-up trigger: not installed, and this role may not create it (needs TRIGGER on %s): the relay polls", s.Name, s.TableName())
+	}
+}
+
+// sinks reaches every sink and lists the topics named in the configuration
+// that a sink cannot find.
+func (c *checker) sinks(ctx context.Context, srcs []*app.Source) {
+	topics := app.Topics(srcs)
+	for _, name := range slices.Sorted(maps.Keys(c.cfg.Sinks)) {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := c.a.PingSink(pctx, name)
+		cancel()
+		if err != nil {
+			c.problem("sinks.%s: UNREACHABLE: %v", name, err)
+			continue
+		}
+		c.say("sinks.%s: reachable", name)
+		if len(topics[name]) == 0 {
+			continue
+		}
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		missing, ok, err := c.a.MissingTopics(tctx, name, topics[name])
+		cancel()
+		switch {
+		case err != nil:
+			c.problem("sinks.%s: topics: %v", name, err)
+		case !ok:
+		case len(missing) > 0 && c.cfg.Sinks[name].AutoCreateTopics:
+			c.say("sinks.%s: topics %s do not exist yet; the producer asks for them on first use (auto_create_topics)", name, strings.Join(missing, ", "))
+		case len(missing) > 0:
+			c.problem("sinks.%s: MISSING topics %s (their events would back off until the topics exist)", name, strings.Join(missing, ", "))
+		default:
+			c.say("sinks.%s: topics %s: ok", name, strings.Join(topics[name], ", "))
+		}
+	}
 }

@@ -389,7 +389,18 @@ sources:
 		"GRANT USAGE ON SEQUENCE outbox_relay.failed_event_audit_id_seq TO "+ident)
 	cfg := writeCfg(pgtest.WithUser(t, dsn, role))
 
-	out, err := runCLI(t, "--config", cfg, "check", "--skip-sinks", "--strict")
+	// check and run agree: run reads the migrations' version table at
+	// start, so without SELECT on it check says so and run does not start.
+	out, err := runCLI(t, "--config", cfg, "check", "--skip-sinks")
+	if err == nil || !strings.Contains(out, `relay schema: MISSING SELECT on "outbox_relay"."goose_db_version"`) {
+		t.Errorf("check without SELECT on the version table: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, "--config", cfg, "run"); err == nil || !strings.Contains(err.Error(), "goose_db_version") {
+		t.Errorf("run without SELECT on the version table: %v, want it refused naming goose_db_version\n%s", err, out)
+	}
+	pgtest.Exec(t, pool, "GRANT SELECT ON outbox_relay.goose_db_version TO "+ident)
+
+	out, err = runCLI(t, "--config", cfg, "check", "--skip-sinks", "--strict")
 	if err != nil {
 		t.Fatalf("check --strict as a role with exactly the needed grants: %v\n%s", err, out)
 	}
@@ -409,7 +420,7 @@ SELECT gen_random_uuid(), 'journey', 'journey.created', jsonb_build_object('i', 
 	// letters and every other row is published.
 	relayUntilDead := func(n int) {
 		t.Helper()
-		stop := runInProcess(t, "--config", cfg, "run", "--no-migrate")
+		stop := runInProcess(t, "--config", cfg, "run") // as check approved it, migrations included
 		waitFor(t, 30*time.Second, "the big row dead-lettered, the others published", func() (bool, string) {
 			var dead, pending int
 			_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events WHERE original_event_id = $1", big).Scan(&dead)

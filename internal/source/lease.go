@@ -20,6 +20,10 @@ type Lease struct {
 // another replica took the source over. Nothing of the batch was recorded.
 var ErrLeaseLost = errors.New("lease lost: another replica holds the source")
 
+// ErrNoTable is returned when a source's table does not exist (or the role
+// cannot see it).
+var ErrNoTable = errors.New("table not found")
+
 // Fence holds the lease a store's batches are claimed under. Every batch
 // remembers the lease of its claim, and its completing transaction checks,
 // with a shared lock on the lease row, that the lease is still held with

@@ -85,6 +85,10 @@ func (p *Publisher) State() (State, error) {
 	return p.state, p.cause
 }
 
+// Unwrap returns the sink the breaker guards (for what only it can answer,
+// such as which topics exist).
+func (p *Publisher) Unwrap() sink.Publisher { return p.inner }
+
 // MaxMessageBytes implements sink.Publisher.
 func (p *Publisher) MaxMessageBytes() int { return p.inner.MaxMessageBytes() }
 

@@ -48,10 +48,14 @@ package kafka
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/plugin/kprom"
 
@@ -129,6 +133,28 @@ func (p *Publisher) MaxMessageBytes() int { return p.maxBytes }
 
 // Ping reports whether a broker answers a metadata request.
 func (p *Publisher) Ping(ctx context.Context) error { return p.client.Ping(ctx) }
+
+// MissingTopics returns those of topics the cluster does not have.
+func (p *Publisher) MissingTopics(ctx context.Context, topics []string) ([]string, error) {
+	if len(topics) == 0 {
+		return nil, nil
+	}
+	details, err := kadm.NewClient(p.client).ListTopics(ctx, topics...)
+	if err != nil {
+		return nil, fmt.Errorf("list topics: %w", err)
+	}
+	var missing []string
+	for _, t := range topics {
+		d, ok := details[t]
+		switch {
+		case !ok, errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+			missing = append(missing, t)
+		case d.Err != nil:
+			return nil, fmt.Errorf("topic %s: %w", t, d.Err)
+		}
+	}
+	return missing, nil
+}
 
 // Close flushes buffered records until ctx is done, then closes the client;
 // records still buffered then fail with kgo.ErrClientClosed.

@@ -142,6 +142,22 @@ var relayTableNeeds = []struct {
 	{"failed_event_audit", []string{"INSERT"}},
 	{"retry_state", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{"leases", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	// run reads it at start to find the migrations still to apply.
+	{"goose_db_version", []string{"SELECT"}},
+}
+
+// CanMigrate reports whether the user can apply the relay's migrations in
+// relayDB: create the database when it does not exist, and create and
+// alter its tables.
+func CanMigrate(ctx context.Context, db *sql.DB, relayDB string) (bool, error) {
+	if relayDB == "" {
+		relayDB = DefaultRelayDatabase
+	}
+	held, err := tablePrivileges(ctx, db, relayDB, "")
+	if err != nil {
+		return false, fmt.Errorf("check migration rights on %s: %w", relayDB, err)
+	}
+	return held["CREATE"] && held["ALTER"] && held["INDEX"], nil
 }
 
 // CheckRelayDatabase reports what the current user lacks on the relay's

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 // tableColumn is one column as the catalogue describes it.
@@ -71,7 +72,7 @@ WHERE TABLE_SCHEMA = `+schemaExpr+` AND TABLE_NAME = ? ORDER BY ORDINAL_POSITION
 		return nil, fmt.Errorf("describe %s: %w", t, err)
 	}
 	if len(cols) == 0 {
-		return nil, fmt.Errorf("table %s not found (or not visible to this user)", t)
+		return nil, fmt.Errorf("%w: %s (or not visible to this user)", source.ErrNoTable, t)
 	}
 	// MariaDB's JSON is LONGTEXT with a JSON_VALID(`col`) check.
 	checks, err := jsonChecks(ctx, db, schemaExpr, args)

@@ -89,6 +89,32 @@ var relayTableNeeds = []struct {
 	{"failed_event_audit", []string{"INSERT"}},
 	{"retry_state", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{"leases", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	// run reads it at start to find the migrations still to apply.
+	{"goose_db_version", []string{"SELECT"}},
+}
+
+// CanMigrate reports whether the role can apply the relay's migrations:
+// create the schema when it does not exist (CREATE on the database), or
+// alter what is in it (membership of the schema owner's role).
+func CanMigrate(ctx context.Context, pool *pgxpool.Pool, relaySchema string) (bool, error) {
+	var ok bool
+	err := pool.QueryRow(ctx, `SELECT CASE WHEN n.oid IS NULL THEN has_database_privilege(current_database(), 'CREATE')
+  ELSE pg_has_role(current_user, n.nspowner, 'USAGE') END
+FROM (SELECT 1) one LEFT JOIN pg_namespace n ON n.nspname = $1`, relaySchema).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("check migration rights on %s: %w", relaySchema, err)
+	}
+	return ok, nil
+}
+
+// CanInstallTrigger reports whether the role can create the wake-up trigger
+// on t (the TRIGGER privilege, which the table's owner has).
+func CanInstallTrigger(ctx context.Context, pool *pgxpool.Pool, t Table) (bool, error) {
+	var ok bool
+	if err := pool.QueryRow(ctx, "SELECT has_table_privilege(current_user, $1::regclass, 'TRIGGER')", t.String()).Scan(&ok); err != nil {
+		return false, fmt.Errorf("check TRIGGER on %s: %w", t, err)
+	}
+	return ok, nil
 }
 
 // CheckRelaySchema reports what the role lacks on the relay's own schema:

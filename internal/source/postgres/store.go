@@ -93,7 +93,7 @@ ORDER BY a.attnum`, t.Schema, t.Name)
 		return nil, fmt.Errorf("describe %s: %w", t, err)
 	}
 	if len(cols) == 0 {
-		return nil, fmt.Errorf("table %s not found (or not visible to this role)", t)
+		return nil, fmt.Errorf("%w: %s (or not visible to this role)", source.ErrNoTable, t)
 	}
 	return cols, nil
 }

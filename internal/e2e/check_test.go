@@ -1,0 +1,114 @@
+package e2e
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/mytest"
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+)
+
+// writeYAML writes a configuration file for the test.
+func writeYAML(t *testing.T, body string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestCheckOnAFreshDatabase is check as a new user first runs it: a
+// superuser, a database the relay has not migrated yet, one source whose
+// layout is wrong, one topic not created, one sink down. Each is reported
+// (none hides the others), the unmigrated schema is explained rather than
+// called a missing privilege, and the wake-up trigger run will install is
+// mentioned.
+func TestCheckOnAFreshDatabase(t *testing.T) {
+	t.Parallel()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed000, fixtures.Seed001)
+	c := kafkaCluster(t, kfake.SeedTopics(1, "journey.created"))
+	cfg := writeYAML(t, fmt.Sprintf(`databases:
+  main: {dsn: %q}
+sinks:
+  kafka: {type: kafka, brokers: [%q]}
+  down: {type: kafka, brokers: ["127.0.0.1:1"]}
+sources:
+  - name: journeys
+    table: journey_matcher.outbox
+    preset: published-flag
+    sink: kafka
+  - name: orders
+    table: public.outbox
+    preset: status
+    sink: kafka
+    layout: {key: "{no_such_column}"}
+  - name: payments
+    table: public.outbox
+    preset: status
+    sink: kafka
+    topic: payments
+`, dsn, c.ListenAddrs()[0]))
+	out, err := runCLI(t, "--config", cfg, "check")
+	if err == nil {
+		t.Fatalf("check passed:\n%s", out)
+	}
+	for _, want := range []string{
+		"databases.main: relay schema outbox_relay: not migrated yet (",
+		"source journeys: \"journey_matcher\".\"outbox\" (mode flag) needs SELECT, UPDATE: ok",
+		"source journeys: wake-up trigger: not installed yet; run installs it",
+		`source "orders": sources[1].layout.key:`,
+		"no_such_column",
+		"sinks.down: UNREACHABLE",
+		"sinks.kafka: MISSING topics payments",
+		"check found 3 problem(s)",
+	} {
+		if !strings.Contains(out+err.Error(), want) {
+			t.Errorf("check output lacks %q:\n%s\n%v", want, out, err)
+		}
+	}
+	if strings.Contains(out, "MISSING USAGE") {
+		t.Errorf("check calls an unmigrated schema a missing privilege:\n%s", out)
+	}
+}
+
+// TestCheckManagedTableOnMariaDB: a table the relay creates itself
+// (manage_table, seed 004's kafka_outbox) is not an error before it exists.
+func TestCheckManagedTableOnMariaDB(t *testing.T) {
+	t.Parallel()
+	appDB, dsn := mytest.NewDatabase(t, "check")
+	relayDB := "relay_" + mytest.Suffix()
+	t.Cleanup(func() { mytest.Drop(t, relayDB) })
+	c := kafkaCluster(t)
+	cfg := writeYAML(t, fmt.Sprintf(`relay_schema: %s
+databases:
+  main: {driver: mysql, dsn: %q}
+sinks:
+  kafka: {type: kafka, brokers: [%q]}
+sources:
+  - name: outbox
+    table: %s.kafka_outbox
+    preset: kafka-outbox
+    manage_table: true
+`, relayDB, dsn, c.ListenAddrs()[0], appDB))
+	out, err := runCLI(t, "--config", cfg, "check", "--skip-sinks")
+	if err != nil {
+		t.Fatalf("check: %v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"relay database " + relayDB + ": not migrated yet",
+		"source outbox: table " + appDB + ".kafka_outbox does not exist yet; run (or `outbox-relay migrate up`) creates it (manage_table)",
+		"check passed",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("check output lacks %q:\n%s", want, out)
+		}
+	}
+}
