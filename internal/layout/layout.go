@@ -78,6 +78,14 @@ func (l *Layout) ErroredValue(on bool) string {
 	return "0"
 }
 
+// DeadLetterMark is the published timestamp of a dead-lettered row in a
+// table whose only state is that timestamp (timestamp mode without an
+// errored flag): the row leaves the pending set, and the application's own
+// table tells it from a delivery, which never happens at the epoch. It is
+// UTC and valid for every timestamp and date type of PostgreSQL, MySQL and
+// MariaDB. outbox_relay.failed_events holds the reason.
+const DeadLetterMark = "1970-01-01 00:00:01"
+
 // FieldError names the layout field that is wrong.
 type FieldError struct {
 	Field string

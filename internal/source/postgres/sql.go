@@ -335,10 +335,10 @@ func stateSets(l *layout.Layout) (published, dead, pending string) {
 		pend = append(pend, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Pending))
 	case "timestamp":
 		// Without an errored flag the timestamp is the only state there
-		// is: a dead letter sets it too, and failed_events records the
-		// failure.
+		// is: a dead letter takes it out of the pending set with the
+		// dead-letter mark, not a delivery time (see layout.DeadLetterMark).
 		if l.Errored.Name == "" {
-			dd = append(dd, QuoteIdent(l.PublishedAt)+" = now()")
+			dd = append(dd, QuoteIdent(l.PublishedAt)+" = '"+layout.DeadLetterMark+"+00'")
 		}
 	}
 	if l.Errored.Name != "" {
