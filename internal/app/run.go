@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/admin"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
@@ -157,7 +158,7 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 		}
 	}
 	opts := relay.Options{
-		Name: s.Name, Store: s.Store, Sink: snk, Routes: routes,
+		Name: s.Name, Store: s.Store, Sink: snk, Topic: s.Layout.Topic.String(), Headers: headerExtras(s.Layout), Routes: routes,
 		BatchSize: cs.BatchSize, Pipeline: cs.Pipeline, Ordering: cs.Ordering == nil || *cs.Ordering,
 		MaxAttempts: cs.MaxAttempts, Backoff: relay.Backoff{Initial: cs.Backoff.Initial.D(), Max: cs.Backoff.Max.D()},
 		PollMin: cs.Poll.Min.D(), PollMax: cs.Poll.Max.D(), ValidateJSON: s.Layout.PayloadJSON,
@@ -165,6 +166,15 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 		Metrics: a.metrics.Source(s.Name), Logger: a.log,
 	}
 	return func() *relay.Worker { return relay.NewWorker(opts) }, nil
+}
+
+// headerExtras are the layout's configured headers, for the relay.
+func headerExtras(l *layout.Layout) []relay.HeaderExtra {
+	var out []relay.HeaderExtra
+	for _, h := range l.HeaderExtras {
+		out = append(out, relay.HeaderExtra{Name: h.Name, Extra: h.Extra})
+	}
+	return out
 }
 
 // ensureTrigger reports whether the wake-up trigger is on the table,

@@ -69,6 +69,11 @@ func (s *Source) TableName() string {
 // routeExtras checks each route's column and topic against the table and
 // asks the layout to render them for every row.
 func routeExtras(path string, rs []config.Route, l *layout.Layout, cols []layout.Column) ([]relay.Route, error) {
+	for _, h := range l.HeaderExtras {
+		if relay.IsReserved(h.Name) {
+			return nil, fmt.Errorf("%s.layout.extra_headers.%s: the relay sets this header itself", path, h.Name)
+		}
+	}
 	out := make([]relay.Route, len(rs))
 	for j, r := range rs {
 		p := fmt.Sprintf("%s.routes[%d]", path, j)
@@ -90,7 +95,7 @@ func routeExtras(path string, rs []config.Route, l *layout.Layout, cols []layout
 			if err != nil {
 				return nil, fmt.Errorf("%s.%w", p, err)
 			}
-			out[j].Topic = n
+			out[j].Topic, out[j].TopicTemplate = n, r.Topic
 		}
 		if len(r.EventTypes) > 0 && l.EventType == "" {
 			return nil, fmt.Errorf("%s.event_types: the layout has no event_type column", p)

@@ -204,6 +204,10 @@ type Layout struct {
 	PartitionKey  string `yaml:"partition_key"`  // template
 	OrderKey      string `yaml:"order_key"`      // template; default partition key, else key
 	Headers       string `yaml:"headers"`        // column holding a JSON object
+	// ExtraHeaders adds a header per entry, named by the key, its value the
+	// template (e.g. tenant_id: "{tenantId}"); a template that renders
+	// nothing (a NULL or empty column) adds no header.
+	ExtraHeaders map[string]string `yaml:"extra_headers"`
 	EventType     string `yaml:"event_type"`
 	AggregateType string `yaml:"aggregate_type"`
 	AggregateID   string `yaml:"aggregate_id"`

@@ -7,18 +7,32 @@ import (
 )
 
 // Part is one piece of a [Template]: a column reference when Column is set,
-// else the literal text Literal.
+// else the literal text Literal. Or lists fallback columns, tried in turn
+// when Column is NULL or empty ("{partition_key|aggregate_id}").
 type Part struct {
 	Literal string
 	Column  string
+	Or      []string
+}
+
+// Alternatives are the part's column and its fallbacks, in order.
+func (p Part) Alternatives() []string {
+	if p.Column == "" {
+		return nil
+	}
+	return append([]string{p.Column}, p.Or...)
 }
 
 // Template is a parsed template field such as "tenant:{tenantId}": literal
-// text mixed with {column} references. The zero Template renders as "".
+// text mixed with {column} references. A reference whose column (and every
+// fallback) is NULL or empty makes the whole template missing: a topic
+// "billing.{entity}" with an empty entity is no topic, not "billing.". The
+// zero Template renders as "".
 type Template []Part
 
-// ParseTemplate parses s. Text between braces names a column; everything
-// else is literal. Braces cannot be escaped: a "}" outside a reference, a "{"
+// ParseTemplate parses s. Text between braces names a column, or several
+// separated by "|" (the first not NULL nor empty is used); everything else
+// is literal. Braces cannot be escaped: a "}" outside a reference, a "{"
 // inside one, an unclosed "{", an empty "{}" and a column name with leading
 // or trailing spaces are errors. The empty string is a valid, empty template.
 func ParseTemplate(s string) (Template, error) {
@@ -37,17 +51,27 @@ func ParseTemplate(s string) (Template, error) {
 			if s[end] == '{' {
 				return nil, templateError(s, "\"{\" at byte %d inside the reference opened at byte %d", end, i)
 			}
-			col := s[i+1 : end]
-			if col == "" {
+			ref := s[i+1 : end]
+			if ref == "" {
 				return nil, templateError(s, "empty column reference at byte %d", i)
 			}
-			if strings.TrimSpace(col) != col {
-				return nil, templateError(s, "column name %q at byte %d has leading or trailing spaces", col, i)
+			cols := strings.Split(ref, "|")
+			for _, col := range cols {
+				if col == "" {
+					return nil, templateError(s, "empty column name in the reference at byte %d", i)
+				}
+				if strings.TrimSpace(col) != col {
+					return nil, templateError(s, "column name %q at byte %d has leading or trailing spaces", col, i)
+				}
 			}
 			if i > start {
 				t = append(t, Part{Literal: s[start:i]})
 			}
-			t = append(t, Part{Column: col})
+			part := Part{Column: cols[0]}
+			if len(cols) > 1 {
+				part.Or = cols[1:]
+			}
+			t = append(t, part)
 			i, start = end, end+1
 		}
 	}
@@ -66,15 +90,18 @@ func templateError(s, format string, args ...any) error {
 func (t Template) Columns() []string {
 	var cols []string
 	for _, p := range t {
-		if p.Column != "" && !slices.Contains(cols, p.Column) {
-			cols = append(cols, p.Column)
+		for _, c := range p.Alternatives() {
+			if !slices.Contains(cols, c) {
+				cols = append(cols, c)
+			}
 		}
 	}
 	return cols
 }
 
-// Render replaces each reference with lookup(column). It returns false when
-// lookup does, that is when a referenced column is missing or NULL.
+// Render replaces each reference with lookup(column), or its first
+// fallback lookup finds not empty. It returns false when a reference has
+// no such column, that is when the template is missing.
 func (t Template) Render(lookup func(col string) (string, bool)) (string, bool) {
 	if len(t) == 1 && t[0].Column == "" {
 		return t[0].Literal, true
@@ -85,11 +112,17 @@ func (t Template) Render(lookup func(col string) (string, bool)) (string, bool) 
 			b.WriteString(p.Literal)
 			continue
 		}
-		v, ok := lookup(p.Column)
-		if !ok {
+		found := false
+		for _, c := range p.Alternatives() {
+			if v, ok := lookup(c); ok && v != "" {
+				b.WriteString(v)
+				found = true
+				break
+			}
+		}
+		if !found {
 			return "", false
 		}
-		b.WriteString(v)
 	}
 	return b.String(), true
 }
@@ -99,7 +132,7 @@ func (t Template) String() string {
 	var b strings.Builder
 	for _, p := range t {
 		if p.Column != "" {
-			b.WriteString("{" + p.Column + "}")
+			b.WriteString("{" + strings.Join(p.Alternatives(), "|") + "}")
 		} else {
 			b.WriteString(p.Literal)
 		}

@@ -18,6 +18,8 @@ func TestParseTemplate(t *testing.T) {
 		{"{a}{b}", Template{{Column: "a"}, {Column: "b"}}},
 		{"events.{aggregate type}.v1", Template{{Literal: "events."}, {Column: "aggregate type"}, {Literal: ".v1"}}},
 		{"{a}-{a}", Template{{Column: "a"}, {Literal: "-"}, {Column: "a"}}},
+		{"{partition_key|aggregate_id}", Template{{Column: "partition_key", Or: []string{"aggregate_id"}}}},
+		{"t.{a|b|c}", Template{{Literal: "t."}, {Column: "a", Or: []string{"b", "c"}}}},
 	}
 	for _, tt := range tests {
 		got, err := ParseTemplate(tt.in)
@@ -41,6 +43,9 @@ func TestParseTemplateErrors(t *testing.T) {
 		{"{}", "empty column reference at byte 0"},
 		{"{a{b}}", `"{" at byte 2 inside the reference opened at byte 0`},
 		{"{ a}", `column name " a" at byte 0 has leading or trailing spaces`},
+		{"{a|}", "empty column name in the reference at byte 0"},
+		{"{|b}", "empty column name in the reference at byte 0"},
+		{"x{a| b}", `column name " b" at byte 1 has leading or trailing spaces`},
 	}
 	for _, tt := range tests {
 		_, err := ParseTemplate(tt.in)
@@ -69,6 +74,31 @@ func TestTemplateColumnsAndRender(t *testing.T) {
 		t.Errorf("Render with a missing column = %q, %v; want \"\", false", got, ok)
 	}
 
+	row["aggregateId"] = "" // empty is missing too: no "t1/:t1"
+	if got, ok := tpl.Render(lookup); ok || got != "" {
+		t.Errorf("Render with an empty column = %q, %v; want \"\", false", got, ok)
+	}
+
+	fb, _ := ParseTemplate("billing.{entity|aggregateType}")
+	if got := fb.Columns(); !reflect.DeepEqual(got, []string{"entity", "aggregateType"}) {
+		t.Errorf("Columns = %q", got)
+	}
+	for _, tc := range []struct {
+		row  map[string]string
+		want string
+		ok   bool
+	}{
+		{map[string]string{"entity": "invoice", "aggregateType": "Order"}, "billing.invoice", true},
+		{map[string]string{"entity": "", "aggregateType": "Order"}, "billing.Order", true},
+		{map[string]string{"aggregateType": "Order"}, "billing.Order", true},
+		{map[string]string{"entity": "", "aggregateType": ""}, "", false},
+	} {
+		got, ok := fb.Render(func(c string) (string, bool) { v, ok := tc.row[c]; return v, ok })
+		if got != tc.want || ok != tc.ok {
+			t.Errorf("Render(%v) = %q, %v; want %q, %v", tc.row, got, ok, tc.want, tc.ok)
+		}
+	}
+
 	static, _ := ParseTemplate("orders")
 	if got, ok := static.Render(nil); !ok || got != "orders" || static.Columns() != nil {
 		t.Errorf("static Render = %q, %v; Columns = %q", got, ok, static.Columns())
@@ -80,7 +110,7 @@ func TestTemplateColumnsAndRender(t *testing.T) {
 }
 
 func FuzzParseTemplate(f *testing.F) {
-	for _, s := range []string{"", "orders", "tenant:{tenantId}", "{a}{b}", "{", "}", "{}", "{a{b}}", "{ a }", "x{y}z"} {
+	for _, s := range []string{"", "orders", "tenant:{tenantId}", "{a}{b}", "{", "}", "{}", "{a{b}}", "{ a }", "x{y}z", "{a|b}", "{a|}", "{|b}"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -102,9 +132,14 @@ func FuzzParseTemplate(f *testing.F) {
 				t.Fatalf("%q: adjacent literal parts", s)
 			}
 		}
-		// Rendering each column as its own reference gives back the input.
+		// Rendering each reference's first column as a reference gives
+		// back the input without its fallbacks.
 		got, ok := tpl.Render(func(col string) (string, bool) { return "{" + col + "}", true })
-		if !ok || got != s {
+		var first Template
+		for _, p := range tpl {
+			first = append(first, Part{Literal: p.Literal, Column: p.Column})
+		}
+		if !ok || got != first.String() {
 			t.Fatalf("Render = %q, %v; want %q", got, ok, s)
 		}
 		if len(tpl.Columns()) > 0 {

@@ -259,6 +259,16 @@ func validateLayout(ps *problems, p string, l *Layout) {
 	checkTemplate(ps, p+".key", l.Key)
 	checkTemplate(ps, p+".partition_key", l.PartitionKey)
 	checkTemplate(ps, p+".order_key", l.OrderKey)
+	for _, name := range sortedKeys(l.ExtraHeaders) {
+		hp := p + ".extra_headers." + name
+		if strings.TrimSpace(name) == "" || strings.ContainsAny(name, "\r\n") {
+			ps.add(hp, "a header name must be a non-empty line")
+		}
+		if l.ExtraHeaders[name] == "" {
+			ps.add(hp, "needs a template, e.g. \"{column}\"")
+		}
+		checkTemplate(ps, hp, l.ExtraHeaders[name])
+	}
 	if l.State.Errored != "" && l.State.Mode == "delete" {
 		ps.add(p+".state.errored", "not used with mode delete (a dead-lettered row is deleted)")
 	}

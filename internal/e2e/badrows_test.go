@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -171,5 +172,108 @@ VALUES ('Order', $1, 'order.placed', $2, jsonb_build_object('n', $3::int), clock
 	_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events").Scan(&dead)
 	if dead != 0 {
 		t.Fatalf("%d dead letters for a topic that was only missing for a while", dead)
+	}
+}
+
+// TestTemplateEmptyPartAndFallback: a template part whose column is empty
+// or NULL makes the template missing (a topic "billing.{entity}" with an
+// empty entity is a dead letter naming the column, never "billing."), and
+// "{a|b}" falls back to b when a is NULL or empty.
+func TestTemplateEmptyPartAndFallback(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, `CREATE TABLE billing_events (id BIGSERIAL PRIMARY KEY, entity TEXT, aggregate_id TEXT NOT NULL,
+  partition_key TEXT, payload JSONB NOT NULL)`)
+	c := kafkaCluster(t, kfake.SeedTopics(1, "billing.invoice", "billing."))
+	brokers := c.ListenAddrs()
+	ids := map[string]string{}
+	p1, p2 := "p1", "p2"
+	for _, r := range []struct {
+		name, entity string
+		pk           *string // nil: NULL
+	}{
+		{"own-key", "invoice", &p1}, {"null-key", "invoice", nil}, {"empty-entity", "", &p2},
+	} {
+		var id string
+		if err := pool.QueryRow(ctx, `INSERT INTO billing_events (entity, aggregate_id, partition_key, payload)
+VALUES ($1, $2, $3, '{}') RETURNING id::text`, r.entity, "agg-"+r.name, r.pk).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids[r.name] = id
+	}
+	pgtest.Exec(t, pool, `INSERT INTO billing_events (entity, aggregate_id, partition_key, payload) VALUES ('invoice', 'agg-empty-key', '', '{}')`)
+	col := collect(t, brokers, "billing.invoice", "billing.")
+	runRelay(t, baseConfig(dsn, brokers, config.Source{Name: "billing", Table: "public.billing_events", Layout: config.Layout{
+		ID: "id", Payload: "payload", Topic: "billing.{entity}", Key: "{partition_key|aggregate_id}", State: config.State{Mode: "delete"},
+	}}))
+	recs := col.waitDistinct(t, 3, 30*time.Second)
+	keys := map[string]string{}
+	for _, r := range recs {
+		if r.Topic != "billing.invoice" {
+			t.Errorf("a record went to topic %q", r.Topic)
+		}
+		keys[string(r.Key)] = r.Topic
+	}
+	for _, k := range []string{"p1", "agg-null-key", "agg-empty-key"} {
+		if _, ok := keys[k]; !ok {
+			t.Errorf("no record with key %q (have %v): the fallback did not apply", k, keys)
+		}
+	}
+	var reason string
+	waitFor(t, 20*time.Second, "the empty entity dead-lettered", func() (bool, string) {
+		err := pool.QueryRow(ctx, "SELECT failure_reason FROM outbox_relay.failed_events WHERE original_event_id = $1", ids["empty-entity"]).Scan(&reason)
+		return err == nil, fmt.Sprint(err)
+	})
+	if !strings.Contains(reason, `missing topic: the template "billing.{entity}" needs a value in entity, which is NULL or empty`) {
+		t.Errorf("dead letter reason %q", reason)
+	}
+}
+
+// TestExtraHeaders: columns become headers by configuration (seed 000's
+// correlation_id, seed 002's tenant), absent when NULL or empty; a header
+// the relay sets itself cannot be configured.
+func TestExtraHeaders(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed000,
+		// so that a row can show what a NULL does
+		"ALTER TABLE journey_matcher.outbox ALTER COLUMN correlation_id DROP NOT NULL")
+	c := kafkaCluster(t, kfake.SeedTopics(1, "journey.created"))
+	brokers := c.ListenAddrs()
+	var withID, withoutID string
+	if err := pool.QueryRow(ctx, `INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id, created_at)
+VALUES (gen_random_uuid(), 'journey', 'journey.created', '{}', '11111111-2222-3333-4444-555555555555', clock_timestamp()) RETURNING id::text`).Scan(&withID); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, created_at)
+VALUES (gen_random_uuid(), 'journey', 'journey.created', '{}', clock_timestamp()) RETURNING id::text`).Scan(&withoutID); err != nil {
+		t.Fatal(err)
+	}
+	src := config.Source{Name: "jm", Table: "journey_matcher.outbox", Preset: "published-flag",
+		Layout: config.Layout{ExtraHeaders: map[string]string{"correlation_id": "{correlation_id}", "origin": "journeys/{aggregate_type}"}}}
+	bad := src
+	bad.Layout = config.Layout{ExtraHeaders: map[string]string{"event_id": "{correlation_id}"}}
+	a, err := app.Open(ctx, baseConfig(dsn, brokers, bad), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Resolve(ctx); err == nil || !strings.Contains(err.Error(), "layout.extra_headers.event_id: the relay sets this header itself") {
+		t.Errorf("a reserved header configured: %v", err)
+	}
+	a.Close()
+	col := collect(t, brokers, "journey.created")
+	runRelay(t, baseConfig(dsn, brokers, src))
+	col.waitDistinct(t, 2, 20*time.Second)
+	got := distinct(col.records())
+	if v, ok := header(got[withID], "correlation_id"); !ok || v != "11111111-2222-3333-4444-555555555555" {
+		t.Errorf("correlation_id header %q (%v)", v, ok)
+	}
+	if v, ok := header(got[withoutID], "correlation_id"); ok {
+		t.Errorf("a NULL correlation_id became the header %q", v)
+	}
+	if v, _ := header(got[withoutID], "origin"); v != "journeys/journey" {
+		t.Errorf("origin header %q", v)
 	}
 }

@@ -12,19 +12,16 @@ import (
 // for their own topic templates. field names the setting, for errors; every
 // column t references must be in cols.
 func (l *Layout) AddExtra(field string, t config.Template, cols []Column) (int, error) {
-	for _, p := range t {
-		if p.Column == "" {
-			continue
-		}
+	for _, name := range t.Columns() {
 		found := false
 		for _, c := range cols {
-			if c.Name == p.Column {
+			if c.Name == name {
 				found = true
 				break
 			}
 		}
 		if !found {
-			return 0, &FieldError{field, fmt.Sprintf("column %q not found", p.Column)}
+			return 0, &FieldError{field, fmt.Sprintf("column %q not found", name)}
 		}
 	}
 	l.Extra = append(l.Extra, t)

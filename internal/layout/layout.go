@@ -6,6 +6,8 @@ package layout
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -45,6 +47,9 @@ type Layout struct {
 	// Extra are templates rendered for each row into source.Row.Extra
 	// (see AddExtra).
 	Extra []config.Template
+	// HeaderExtras are the headers the configuration adds (extra_headers),
+	// each rendered into source.Row.Extra.
+	HeaderExtras []HeaderExtra
 
 	Mode        string // flag|timestamp|status|delete
 	Flag        string
@@ -124,6 +129,10 @@ func Merge(preset string, over config.Layout, topic string) (config.Layout, map[
 	set("partition_key", &l.PartitionKey, over.PartitionKey)
 	set("order_key", &l.OrderKey, over.OrderKey)
 	set("headers", &l.Headers, over.Headers)
+	if len(over.ExtraHeaders) > 0 {
+		l.ExtraHeaders = over.ExtraHeaders
+		explicit["extra_headers"] = true
+	}
 	set("event_type", &l.EventType, over.EventType)
 	set("aggregate_type", &l.AggregateType, over.AggregateType)
 	set("aggregate_id", &l.AggregateID, over.AggregateID)
@@ -304,7 +313,26 @@ func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Col
 			}
 		}
 	}
+	for _, name := range slices.Sorted(maps.Keys(l.ExtraHeaders)) {
+		field := "extra_headers." + name
+		t, err := config.ParseTemplate(l.ExtraHeaders[name])
+		if err != nil {
+			return nil, &FieldError{field, err.Error()}
+		}
+		n, err := out.AddExtra(field, t, cols)
+		if err != nil {
+			return nil, err
+		}
+		out.HeaderExtras = append(out.HeaderExtras, HeaderExtra{Name: name, Extra: n})
+	}
 	return out, nil
+}
+
+// HeaderExtra is a header the configuration adds: its name, and the index
+// in source.Row.Extra of its rendered value (NULL: no header).
+type HeaderExtra struct {
+	Name  string
+	Extra int
 }
 
 // resolveClaimState fills the errored flag and the claim columns. They are

@@ -68,7 +68,8 @@ func (w *Worker) publish(ctx context.Context, f *inflight) {
 		if w.o.Ordering {
 			a.keys[i] = f.rows[i].OrderKey
 		}
-		m, err := buildMessage(&f.rows[i], w.o.Name, w.o.ValidateJSON, w.targets[f.tgt[i]].maxBytes)
+		tg := &w.targets[f.tgt[i]]
+		m, err := buildMessage(&f.rows[i], w.o.Name, tg.topic, w.o.ValidateJSON, tg.maxBytes, w.o.Headers)
 		if err != nil {
 			a.errs[i], a.results[i] = err, order.Invalid
 			continue

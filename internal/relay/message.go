@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -24,15 +26,26 @@ const (
 )
 
 var (
-	errNoTopic     = errors.New("missing topic: the route's template rendered NULL or empty")
+	errNoTopic     = errors.New("missing topic")
 	errInvalidJSON = errors.New("invalid payload: not valid JSON")
 )
 
+// missingTopic says which columns a topic template needed.
+func missingTopic(template string) error {
+	t, err := config.ParseTemplate(template)
+	if err != nil || len(t.Columns()) == 0 {
+		return fmt.Errorf("%w: the template %q rendered nothing", errNoTopic, template)
+	}
+	return fmt.Errorf("%w: the template %q needs a value in %s, which is NULL or empty", errNoTopic, template,
+		strings.Join(t.Columns(), ", "))
+}
+
 // buildMessage turns a claimed row into a message, or returns a terminal
-// error saying why the row can never be published.
-func buildMessage(r *source.Row, src string, validateJSON bool, maxBytes int) (*sink.Message, error) {
+// error saying why the row can never be published. topic is the topic
+// template the row was rendered with, for that error.
+func buildMessage(r *source.Row, src, topic string, validateJSON bool, maxBytes int, extra []HeaderExtra) (*sink.Message, error) {
 	if !r.TopicOK {
-		return nil, sink.Terminal(errNoTopic)
+		return nil, sink.Terminal(missingTopic(topic))
 	}
 	if validateJSON && !(utf8.Valid(r.Payload) && json.Valid(r.Payload)) {
 		return nil, sink.Terminal(errInvalidJSON)
@@ -52,6 +65,11 @@ func buildMessage(r *source.Row, src string, validateJSON bool, maxBytes int) (*
 		}
 		m.Headers = append(hs, m.Headers...)
 	}
+	for _, h := range extra {
+		if h.Extra < len(r.Extra) && r.Extra[h.Extra] != nil && *r.Extra[h.Extra] != "" {
+			m.Headers = append(m.Headers, sink.Header{Key: h.Name, Value: []byte(*r.Extra[h.Extra])})
+		}
+	}
 	m.Headers = append(m.Headers, sink.Header{Key: HeaderEventID, Value: []byte(r.ID)})
 	add := func(k, v string) {
 		if v != "" {
@@ -69,6 +87,16 @@ func buildMessage(r *source.Row, src string, validateJSON bool, maxBytes int) (*
 	}
 	return m, nil
 }
+
+// HeaderExtra is a header the configuration adds to every message: Name,
+// valued by the row's Extra[Extra] (none when NULL or empty).
+type HeaderExtra struct {
+	Name  string
+	Extra int
+}
+
+// IsReserved reports whether name is a header the relay sets itself.
+func IsReserved(name string) bool { return reserved[name] }
 
 // reserved are header names the relay sets itself; the row's own headers of
 // the same name are dropped so that consumers see one value.

@@ -21,8 +21,9 @@ type Route struct {
 	Column int
 	Values []string
 	// Topic is the index in source.Row.Extra of the route's own topic, or -1
-	// to keep the row's topic.
-	Topic int
+	// to keep the row's topic; TopicTemplate is its template.
+	Topic         int
+	TopicTemplate string
 }
 
 func (r *Route) match(row *source.Row) bool {
@@ -46,13 +47,18 @@ type target struct {
 	sink     sink.Publisher
 	route    *Route // nil for the source's own sink
 	maxBytes int
+	topic    string // the topic template of its rows
 }
 
 func newTargets(o Options) []target {
-	ts := []target{{name: "default", sink: o.Sink, maxBytes: o.Sink.MaxMessageBytes()}}
+	ts := []target{{name: "default", sink: o.Sink, maxBytes: o.Sink.MaxMessageBytes(), topic: o.Topic}}
 	for i := range o.Routes {
 		r := &o.Routes[i]
-		ts = append(ts, target{name: r.Name, sink: r.Sink, route: r, maxBytes: r.Sink.MaxMessageBytes()})
+		topic := o.Topic
+		if r.Topic >= 0 {
+			topic = r.TopicTemplate
+		}
+		ts = append(ts, target{name: r.Name, sink: r.Sink, route: r, maxBytes: r.Sink.MaxMessageBytes(), topic: topic})
 	}
 	return ts
 }

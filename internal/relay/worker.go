@@ -19,6 +19,11 @@ type Options struct {
 	Name  string
 	Store source.Store
 	Sink  sink.Publisher
+	// Topic is the source's topic template (for the reason of a row that
+	// renders none).
+	Topic string
+	// Headers are the headers the configuration adds (extra_headers).
+	Headers []HeaderExtra
 	// Routes send the rows they match to other sinks; the first match wins.
 	Routes       []Route
 	BatchSize    int

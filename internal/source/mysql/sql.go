@@ -39,13 +39,22 @@ func col(alias, name string) string { return alias + "." + QuoteIdent(name) }
 // asText renders an expression as utf8mb4 text.
 func asText(expr string) string { return "CAST(" + expr + " AS CHAR CHARACTER SET utf8mb4)" }
 
-// templateSQL renders a template as a text expression that is NULL when
-// any referenced column is NULL (CONCAT propagates NULL).
+// templateSQL renders a template as a text expression that is NULL when a
+// reference finds its column, and every fallback, NULL or empty (CONCAT
+// propagates NULL).
 func templateSQL(t config.Template, alias string) string {
 	var parts []string
 	for _, p := range t {
 		if p.Column != "" {
-			parts = append(parts, asText(col(alias, p.Column)))
+			var alts []string
+			for _, c := range p.Alternatives() {
+				alts = append(alts, "NULLIF("+asText(col(alias, c))+", '')")
+			}
+			if len(alts) == 1 {
+				parts = append(parts, alts[0])
+			} else {
+				parts = append(parts, "COALESCE("+strings.Join(alts, ", ")+")")
+			}
 		} else {
 			parts = append(parts, quoteLiteral(p.Literal))
 		}

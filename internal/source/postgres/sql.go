@@ -36,13 +36,21 @@ type statements struct {
 // col renders alias.column.
 func col(alias, name string) string { return alias + "." + QuoteIdent(name) }
 
-// templateSQL renders a template as a text expression that is NULL when any
-// referenced column is NULL.
+// templateSQL renders a template as a text expression that is NULL when a
+// reference finds its column, and every fallback, NULL or empty.
 func templateSQL(t config.Template, alias string) string {
 	var parts []string
 	for _, p := range t {
 		if p.Column != "" {
-			parts = append(parts, col(alias, p.Column)+"::text")
+			var alts []string
+			for _, c := range p.Alternatives() {
+				alts = append(alts, "NULLIF("+col(alias, c)+"::text, '')")
+			}
+			if len(alts) == 1 {
+				parts = append(parts, alts[0])
+			} else {
+				parts = append(parts, "COALESCE("+strings.Join(alts, ", ")+")")
+			}
 		} else {
 			parts = append(parts, quoteLiteral(p.Literal))
 		}
