@@ -22,7 +22,10 @@ services: ## Start the local services the tests need (PostgreSQL, MariaDB, Rabbi
 
 demo: ## Run the relay demo against the local PostgreSQL (started if it is down).
 	@bash scripts/services.sh postgres
-	$(GO) run ./cmd/outbox-relay demo
+	@echo "building outbox-relay (the first build downloads the modules and compiles: a minute or two)..."
+	@$(GO) build -o bin/outbox-relay ./cmd/outbox-relay
+	@echo "running bin/outbox-relay demo"
+	@bin/outbox-relay demo
 
 test: services ## Run all tests with the race detector (starts the services above).
 	$(GO) test -race -count=1 -timeout 20m ./...

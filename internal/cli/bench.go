@@ -25,6 +25,18 @@ the relay publishing to Kafka (an in-process broker unless --brokers), and
 reports events/s, the ratio relay/ceiling, CPU, WAL and transactions per
 event. The schema is dropped afterwards.
 
+Workloads (the argument; default drain):
+  drain   prefill --rows rows (200-byte JSON payloads over --keys keys), then
+          relay them all: events/s and the ratio to the ceiling measured in
+          the same run, relay CPU per 1,000 events, peak memory.
+  steady  producers commit at fixed rates (1 and 10 rows per transaction) for
+          a fixed time while the relay runs: commit-to-publish latency
+          p50/p99/p999 and the highest rate whose backlog does not grow.
+  sparse  10 events a second: the wake-up path's latency, and the queries a
+          second an idle source costs.
+  keys    one hot key against many keys, ordering on: events/s and whether
+          every key's events arrived in order.
+
 With --sink, the drain workload's relay publishes to another sink type on
 its local server (or --sink-url): nats (a JetStream stream made for the run),
 rabbitmq (a direct exchange and a durable queue), redis (a stream), mqtt
@@ -104,5 +116,6 @@ seed 004's kafka_outbox (preset kafka-outbox), created by the relay.`,
 	f.BoolVar(&o.InProcessBroker, "in-process-broker", false, "run the in-memory broker inside this process")
 	f.StringVar(&o.Sink, "sink", "kafka", "drain: the sink to publish to: "+strings.Join(bench.Sinks, "|"))
 	f.StringVar(&o.SinkURL, "sink-url", "", "drain: the server of --sink other than kafka and webhook (default the local one)")
+	hideConfigFlag(cmd)
 	return cmd
 }

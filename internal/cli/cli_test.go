@@ -440,3 +440,25 @@ func TestVersion(t *testing.T) {
 		t.Fatalf("--version printed %q", out)
 	}
 }
+
+// TestHelpSaysWhatCommandsTake: commands that need no configuration do not
+// list --config, bench explains its workloads, check its flags.
+func TestHelpSaysWhatCommandsTake(t *testing.T) {
+	for _, args := range [][]string{{"demo", "--help"}, {"bench", "--help"}} {
+		if out := cliOK(t, args...); strings.Contains(out, "--config") {
+			t.Errorf("%v lists --config, which it ignores:\n%s", args, out)
+		}
+	}
+	bench := cliOK(t, "bench", "--help")
+	for _, w := range []string{"drain ", "steady ", "sparse ", "keys "} {
+		if !strings.Contains(bench, "\n  "+w) {
+			t.Errorf("bench --help does not explain %q:\n%s", w, bench)
+		}
+	}
+	if out := cliOK(t, "check", "--help"); !strings.Contains(out, "--skip-sinks") || !strings.Contains(out, "--config") {
+		t.Errorf("check --help:\n%s", out)
+	}
+	if out := cliOK(t, "--help"); strings.Contains(out, "PostgreSQL to Kafka") || !strings.Contains(out, "NATS JetStream") {
+		t.Errorf("root help:\n%s", out)
+	}
+}

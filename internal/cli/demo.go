@@ -48,5 +48,6 @@ order. It drops its tables when done.`,
 	cmd.Flags().IntVar(&o.Keys, "keys", 1000, "distinct keys")
 	cmd.Flags().IntVar(&o.Backlog, "backlog", 100000, "events written while the relay is stopped, then drained (0: skip)")
 	cmd.Flags().BoolVarP(&verbose, "verbose", "v", false, "show the relay's logs")
+	hideConfigFlag(cmd)
 	return cmd
 }

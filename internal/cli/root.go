@@ -96,6 +96,19 @@ or a broken destination never blocks the rest.`,
 	return root
 }
 
+// hideConfigFlag keeps the global --config out of the help of a command
+// that needs no configuration.
+func hideConfigFlag(cmd *cobra.Command) {
+	cmd.SetHelpFunc(func(c *cobra.Command, args []string) {
+		_ = c.Root().PersistentFlags().MarkHidden("config")
+		c.Root().HelpFunc()(c, args)
+	})
+	cmd.SetUsageFunc(func(c *cobra.Command) error {
+		_ = c.Root().PersistentFlags().MarkHidden("config")
+		return c.Root().UsageFunc()(c)
+	})
+}
+
 // load reads the configuration and builds the logger it asks for.
 func (g *globals) load() (*config.Config, *slog.Logger, error) {
 	cfg, err := config.Load(g.configPath)

@@ -175,6 +175,7 @@ CREATE INDEX ON %[1]s.outbox (created_at) WHERE published = false;`, schema))
 		return r, errors.New("demo found rolled-back events or order violations")
 	}
 	if o.Backlog <= 0 {
+		nextSteps(out)
 		return r, nil
 	}
 
@@ -214,7 +215,19 @@ FROM generate_series(1, $1) i`, o.Backlog, o.Keys)
 	if r.OutOfOrder > 0 {
 		return r, errors.New("demo found order violations")
 	}
+	nextSteps(out)
 	return r, nil
+}
+
+// nextSteps points at relaying a table of one's own.
+func nextSteps(out io.Writer) {
+	fmt.Fprint(out, `
+next: relay your own outbox table
+  1. write relay.yaml: a database DSN, a sink, and a source naming your table and a preset
+     (README.md, "Running it" and "Presets"; examples/relay.yaml is a fuller one)
+  2. outbox-relay check --config relay.yaml   # says what is missing, without changing anything
+  3. outbox-relay run --config relay.yaml     # migrates its own schema, then relays until SIGTERM
+`)
 }
 
 // startRelay runs a relay process for the demo until the returned stop is
