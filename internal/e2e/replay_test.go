@@ -2,10 +2,18 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
@@ -36,4 +44,37 @@ func replayWithStore(t *testing.T, ctx context.Context, dsn string, cfg *config.
 			t.Fatalf("replay: %d of %d: %v", n, len(mine), err)
 		}
 	}
+}
+
+// TestReplayWakesTheRelay: a replayed dead letter is relayed at once, not
+// at the next poll (an update fires no insert trigger: the replay sends
+// the wake-up itself). The relay polls every 30 s here; the row must
+// arrive well before.
+func TestReplayWakesTheRelay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
+	c := kafkaCluster(t, kfake.SeedTopics(1, "orders"))
+	refuse := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.InvalidRecord, Count: -1})
+	var id string
+	if err := pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload)
+VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}') RETURNING id::text`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	cfg := baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "shop", Table: "public.outbox", Preset: "status",
+		Poll: config.Poll{Min: config.Duration(30 * time.Second), Max: config.Duration(30 * time.Second)}})
+	col := collect(t, c.ListenAddrs(), "orders")
+	runRelay(t, cfg)
+	var evs []postgres.FailedEvent
+	waitFor(t, 20*time.Second, "the row dead-lettered", func() (bool, string) {
+		var err error
+		evs, err = postgres.ListFailed(ctx, pool, "outbox_relay", postgres.DLQFilter{})
+		return err == nil && len(evs) == 1, fmt.Sprint(len(evs), err)
+	})
+	refuse.Remove()
+	start := time.Now()
+	replayWithStore(t, ctx, dsn, cfg, evs)
+	col.waitDistinct(t, 1, 10*time.Second)
+	t.Logf("replayed row delivered %v after the replay (poll interval 30s)", time.Since(start).Round(time.Millisecond))
 }

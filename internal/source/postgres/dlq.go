@@ -124,6 +124,11 @@ func (s *Store) Replay(ctx context.Context, events []FailedEvent, actor string) 
 			if err != nil {
 				return fmt.Errorf("audit: %w", err)
 			}
+			// Wake the relay at once, as an insert does through the
+			// wake-up trigger (an update fires none); delivered at commit.
+			if _, err := tx.Exec(ctx, "SELECT pg_notify($1, $2)", s.opts.RelaySchema, s.opts.Table.Schema+"."+s.opts.Table.Name); err != nil {
+				return fmt.Errorf("wake the relay: %w", err)
+			}
 			return nil
 		})
 		if err != nil {
