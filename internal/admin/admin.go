@@ -3,6 +3,7 @@
 //	GET /metrics  Prometheus metrics from the given registry
 //	GET /healthz  200 "ok" while the process runs (liveness)
 //	GET /readyz   200 when every readiness check passes, else 503 (readiness)
+//	GET /health   the same as /readyz
 //
 // /readyz answers with a JSON body such as
 //
@@ -78,6 +79,8 @@ func New(addr string, reg *prometheus.Registry, ready ReadyFunc, logger *slog.Lo
 		_, _ = w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /readyz", s.serveReady)
+	// /health is /readyz under the name runbooks use.
+	mux.HandleFunc("GET /health", s.serveReady)
 
 	s.http = &http.Server{
 		Handler:           mux,

@@ -151,8 +151,19 @@ type Source struct {
 	// state.claimed_at) without finishing it is taken back once its claim
 	// is older. Default 10m.
 	ClaimTimeout Duration `yaml:"claim_timeout"`
+	// Readiness says when the source counts as stuck: /readyz fails naming
+	// it, and `outbox-relay status` exits non-zero.
+	Readiness Readiness `yaml:"readiness"`
 	// Retention, when set, has the running relay delete old settled rows.
 	Retention *Retention `yaml:"retention"`
+}
+
+// Readiness are the thresholds past which a source is stuck.
+type Readiness struct {
+	// MaxOldestPending: the oldest pending event older than this. Default 5m.
+	MaxOldestPending Duration `yaml:"max_oldest_pending"`
+	// MaxClaimFailure: every claim failing for longer than this. Default 30s.
+	MaxClaimFailure Duration `yaml:"max_claim_failure"`
 }
 
 // Route sends the events that meet its conditions to another sink. Every
@@ -207,17 +218,17 @@ type Layout struct {
 	// ExtraHeaders adds a header per entry, named by the key, its value the
 	// template (e.g. tenant_id: "{tenantId}"); a template that renders
 	// nothing (a NULL or empty column) adds no header.
-	ExtraHeaders map[string]string `yaml:"extra_headers"`
-	EventType     string `yaml:"event_type"`
-	AggregateType string `yaml:"aggregate_type"`
-	AggregateID   string `yaml:"aggregate_id"`
-	CreatedAt     string `yaml:"created_at"`
-	OrderBy       string `yaml:"order_by"` // column; default created_at, else id
-	XIDColumn     string `yaml:"xid_column"`
-	RetryCount    string `yaml:"retry_count"`
-	MaxRetries    string `yaml:"max_retries"`
-	Error         string `yaml:"error"`
-	State         State  `yaml:"state"`
+	ExtraHeaders  map[string]string `yaml:"extra_headers"`
+	EventType     string            `yaml:"event_type"`
+	AggregateType string            `yaml:"aggregate_type"`
+	AggregateID   string            `yaml:"aggregate_id"`
+	CreatedAt     string            `yaml:"created_at"`
+	OrderBy       string            `yaml:"order_by"` // column; default created_at, else id
+	XIDColumn     string            `yaml:"xid_column"`
+	RetryCount    string            `yaml:"retry_count"`
+	MaxRetries    string            `yaml:"max_retries"`
+	Error         string            `yaml:"error"`
+	State         State             `yaml:"state"`
 }
 
 // State says how a row's delivery state is recorded.

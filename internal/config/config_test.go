@@ -260,6 +260,7 @@ func checkMinimal(t *testing.T, c *Config) {
 			InstallTrigger: &yes,
 			ManageTable:    &no,
 			ClaimTimeout:   Duration(10 * time.Minute),
+			Readiness:      Readiness{MaxOldestPending: Duration(5 * time.Minute), MaxClaimFailure: Duration(30 * time.Second)},
 		}},
 	}
 	if !reflect.DeepEqual(c, want) {

@@ -39,6 +39,8 @@ const (
 	DefaultNotify           = "auto"
 	DefaultDiscoverInterval = time.Minute
 	DefaultClaimTimeout     = 10 * time.Minute
+	DefaultMaxOldestPending = 5 * time.Minute
+	DefaultMaxClaimFailure  = 30 * time.Second
 
 	// ManagedTablePreset is the preset whose table the relay creates and
 	// upgrades itself (manage_table defaults to true for it).
@@ -131,6 +133,8 @@ func (c *Config) sourceDefaults(d defaulter, i int) {
 		s.ManageTable = ptr(s.Preset == ManagedTablePreset && s.Discover == nil)
 	}
 	d.dur(&s.ClaimTimeout, p+".claim_timeout", DefaultClaimTimeout)
+	d.dur(&s.Readiness.MaxOldestPending, p+".readiness.max_oldest_pending", DefaultMaxOldestPending)
+	d.dur(&s.Readiness.MaxClaimFailure, p+".readiness.max_claim_failure", DefaultMaxClaimFailure)
 	d.retention(&s.Retention, p+".retention")
 	if s.Discover != nil {
 		disc := *s.Discover // copy: the caller may share the pointer

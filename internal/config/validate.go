@@ -182,6 +182,8 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 	ordered(ps, p+".backoff", "initial", "max", s.Backoff.Initial, s.Backoff.Max)
 	ordered(ps, p+".poll", "min", "max", s.Poll.Min, s.Poll.Max)
 	oneOf(ps, p+".notify", s.Notify, notifyModes, true)
+	positive(ps, p+".readiness.max_oldest_pending", s.Readiness.MaxOldestPending)
+	positive(ps, p+".readiness.max_claim_failure", s.Readiness.MaxClaimFailure)
 	if s.ClaimTimeout < Duration(time.Second) {
 		ps.add(p+".claim_timeout", "must be at least 1s, got %s", s.ClaimTimeout)
 	}

@@ -12,7 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -83,7 +85,9 @@ func TestOperations(t *testing.T) {
 		code, body := httpGet(t, base+"/readyz")
 		return code == 200, body
 	})
-	time.Sleep(300 * time.Millisecond)
+	waitFor(t, 10*time.Second, "the first claim", func() (bool, string) {
+		return gathered(t, a, "outbox_relay_last_claim_timestamp_seconds", "source", "ops") > 0, "none yet"
+	})
 	var trig int
 	_ = pool.QueryRow(ctx, "SELECT count(*) FROM pg_trigger WHERE tgname = 'outbox_relay_notify'").Scan(&trig)
 	if trig != 1 {
@@ -126,6 +130,9 @@ VALUES ('Op', gen_random_uuid(), 'op.done', '%s', '{"i": %d}')`, topic, i))
 	}
 	if code, _ := httpGet(t, base+"/healthz"); code != 200 {
 		t.Errorf("healthz %d", code)
+	}
+	if code, body := httpGet(t, base+"/health"); code != 200 || !strings.Contains(body, "source:ops") {
+		t.Errorf("health (the runbooks' name for readyz) %d %s", code, body)
 	}
 	code, ready := httpGet(t, base+"/readyz")
 	var rb map[string]any
@@ -297,4 +304,43 @@ VALUES ('00000000-0000-0000-0000-000000000001', 'j', 'journey.created', '{"seq":
 	if p.Seq != 0 {
 		t.Fatalf("the key's second row arrived first")
 	}
+}
+
+// TestReadinessTracksProgress: /readyz fails, naming the source and the
+// threshold, while its oldest pending event is older than
+// readiness.max_oldest_pending (a topic missing for a while), and passes
+// again once the backlog drains.
+func TestReadinessTracksProgress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
+	c := kafkaCluster(t)
+	brokers := c.ListenAddrs()
+	pgtest.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload)
+VALUES ('Order', gen_random_uuid(), 'order.placed', 'late', '{}')`)
+	cfg := baseConfig(dsn, brokers, config.Source{Name: "shop", Table: "public.outbox", Preset: "status",
+		Backoff:   config.Backoff{Initial: config.Duration(100 * time.Millisecond), Max: config.Duration(200 * time.Millisecond)},
+		Readiness: config.Readiness{MaxOldestPending: config.Duration(time.Second), MaxClaimFailure: config.Duration(30 * time.Second)}})
+	cfg.Admin.Listen = "127.0.0.1:0"
+	a, _ := runApp(t, cfg, app.WithStatsInterval(100*time.Millisecond))
+	waitFor(t, 10*time.Second, "the admin server", func() (bool, string) { return a.AdminAddr() != "", "" })
+	base := "http://" + a.AdminAddr()
+	waitFor(t, 20*time.Second, "readyz to fail on the old backlog", func() (bool, string) {
+		code, body := httpGet(t, base+"/readyz")
+		return code == 503 && strings.Contains(body, `"source:shop"`) &&
+			strings.Contains(body, "(readiness.max_oldest_pending 1s)"), body
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "late"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "readyz to pass once the backlog drained", func() (bool, string) {
+		code, body := httpGet(t, base+"/readyz")
+		return code == 200, body
+	})
 }

@@ -13,6 +13,7 @@
 //	outbox_relay_events_deferred_total{source}             events held back (e.g. behind an earlier event of the same key)
 //	outbox_relay_claim_batches_total{source}               batches claimed from the outbox
 //	outbox_relay_notify_wakeups_total{source}              wake-ups caused by a database notification
+//	outbox_relay_claim_errors_total{source}                claim queries that failed
 //
 // Gauges:
 //
@@ -20,6 +21,8 @@
 //	outbox_relay_pending_events{source}             events waiting to be published
 //	outbox_relay_failed_events{source}              events in the dead-letter table (its depth)
 //	outbox_relay_inflight_batches{source}           batches claimed but not yet committed
+//	outbox_relay_last_claim_timestamp_seconds{source} Unix time of the latest successful claim query
+//	outbox_relay_sink_circuit_state{sink}           0 closed, 1 half-open, 2 open
 //
 // Histograms:
 //
@@ -64,8 +67,10 @@ type Metrics struct {
 	Deferred      *prometheus.CounterVec // {source}
 	ClaimBatches  *prometheus.CounterVec // {source}
 	NotifyWakeups *prometheus.CounterVec // {source}
+	ClaimErrors   *prometheus.CounterVec // {source}
 
 	OldestPendingAge *prometheus.GaugeVec // {source}, seconds
+	LastClaim        *prometheus.GaugeVec // {source}, Unix seconds
 	PendingEvents    *prometheus.GaugeVec // {source}
 	FailedEvents     *prometheus.GaugeVec // {source}, dead-letter depth
 	InflightBatches  *prometheus.GaugeVec // {source}
@@ -109,9 +114,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Batches claimed from the outbox.", source...),
 		NotifyWakeups: counter("notify_wakeups_total",
 			"Wake-ups caused by a database notification.", source...),
+		ClaimErrors: counter("claim_errors_total",
+			"Claim queries that failed.", source...),
 
 		OldestPendingAge: gauge("oldest_pending_age_seconds",
 			"Age of the oldest event not yet published."),
+		LastClaim: gauge("last_claim_timestamp_seconds",
+			"Unix time of the latest successful claim query, whether it found rows or not."),
 		PendingEvents: gauge("pending_events",
 			"Events waiting to be published."),
 		FailedEvents: gauge("failed_events",
@@ -141,8 +150,10 @@ type SourceMetrics struct {
 	Deferred      prometheus.Counter
 	ClaimBatches  prometheus.Counter
 	NotifyWakeups prometheus.Counter
+	ClaimErrors   prometheus.Counter
 
 	OldestPendingAge prometheus.Gauge
+	LastClaim        prometheus.Gauge
 	PendingEvents    prometheus.Gauge
 	FailedEvents     prometheus.Gauge
 	InflightBatches  prometheus.Gauge
@@ -167,8 +178,10 @@ func (m *Metrics) Source(name string) *SourceMetrics {
 		Deferred:      m.Deferred.WithLabelValues(name),
 		ClaimBatches:  m.ClaimBatches.WithLabelValues(name),
 		NotifyWakeups: m.NotifyWakeups.WithLabelValues(name),
+		ClaimErrors:   m.ClaimErrors.WithLabelValues(name),
 
 		OldestPendingAge: m.OldestPendingAge.WithLabelValues(name),
+		LastClaim:        m.LastClaim.WithLabelValues(name),
 		PendingEvents:    m.PendingEvents.WithLabelValues(name),
 		FailedEvents:     m.FailedEvents.WithLabelValues(name),
 		InflightBatches:  m.InflightBatches.WithLabelValues(name),

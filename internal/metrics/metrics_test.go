@@ -17,6 +17,8 @@ func touchAll(s *SourceMetrics) {
 	s.Deferred.Inc()
 	s.ClaimBatches.Inc()
 	s.NotifyWakeups.Inc()
+	s.ClaimErrors.Inc()
+	s.LastClaim.SetToCurrentTime()
 	s.DeadLettered(ReasonTerminal).Inc()
 	s.OldestPendingAge.Set(1.5)
 	s.PendingEvents.Set(3)
@@ -39,21 +41,23 @@ func TestNamesAndLabels(t *testing.T) {
 		typ    dto.MetricType
 		labels []string
 	}{
-		"outbox_relay_events_published_total":     {dto.MetricType_COUNTER, []string{"source"}},
-		"outbox_relay_events_retried_total":       {dto.MetricType_COUNTER, []string{"source"}},
-		"outbox_relay_events_dead_lettered_total": {dto.MetricType_COUNTER, []string{"reason", "source"}},
-		"outbox_relay_events_deferred_total":      {dto.MetricType_COUNTER, []string{"source"}},
-		"outbox_relay_claim_batches_total":        {dto.MetricType_COUNTER, []string{"source"}},
-		"outbox_relay_notify_wakeups_total":       {dto.MetricType_COUNTER, []string{"source"}},
-		"outbox_relay_oldest_pending_age_seconds": {dto.MetricType_GAUGE, []string{"source"}},
-		"outbox_relay_pending_events":             {dto.MetricType_GAUGE, []string{"source"}},
-		"outbox_relay_failed_events":              {dto.MetricType_GAUGE, []string{"source"}},
-		"outbox_relay_inflight_batches":           {dto.MetricType_GAUGE, []string{"source"}},
-		"outbox_relay_batch_duration_seconds":     {dto.MetricType_HISTOGRAM, []string{"source"}},
-		"outbox_relay_publish_duration_seconds":   {dto.MetricType_HISTOGRAM, []string{"source"}},
-		"outbox_relay_claim_duration_seconds":     {dto.MetricType_HISTOGRAM, []string{"source"}},
-		"outbox_relay_batch_size":                 {dto.MetricType_HISTOGRAM, []string{"source"}},
-		"outbox_relay_commit_to_publish_seconds":  {dto.MetricType_HISTOGRAM, []string{"source"}},
+		"outbox_relay_events_published_total":       {dto.MetricType_COUNTER, []string{"source"}},
+		"outbox_relay_events_retried_total":         {dto.MetricType_COUNTER, []string{"source"}},
+		"outbox_relay_events_dead_lettered_total":   {dto.MetricType_COUNTER, []string{"reason", "source"}},
+		"outbox_relay_events_deferred_total":        {dto.MetricType_COUNTER, []string{"source"}},
+		"outbox_relay_claim_batches_total":          {dto.MetricType_COUNTER, []string{"source"}},
+		"outbox_relay_notify_wakeups_total":         {dto.MetricType_COUNTER, []string{"source"}},
+		"outbox_relay_claim_errors_total":           {dto.MetricType_COUNTER, []string{"source"}},
+		"outbox_relay_last_claim_timestamp_seconds": {dto.MetricType_GAUGE, []string{"source"}},
+		"outbox_relay_oldest_pending_age_seconds":   {dto.MetricType_GAUGE, []string{"source"}},
+		"outbox_relay_pending_events":               {dto.MetricType_GAUGE, []string{"source"}},
+		"outbox_relay_failed_events":                {dto.MetricType_GAUGE, []string{"source"}},
+		"outbox_relay_inflight_batches":             {dto.MetricType_GAUGE, []string{"source"}},
+		"outbox_relay_batch_duration_seconds":       {dto.MetricType_HISTOGRAM, []string{"source"}},
+		"outbox_relay_publish_duration_seconds":     {dto.MetricType_HISTOGRAM, []string{"source"}},
+		"outbox_relay_claim_duration_seconds":       {dto.MetricType_HISTOGRAM, []string{"source"}},
+		"outbox_relay_batch_size":                   {dto.MetricType_HISTOGRAM, []string{"source"}},
+		"outbox_relay_commit_to_publish_seconds":    {dto.MetricType_HISTOGRAM, []string{"source"}},
 	}
 
 	families, err := reg.Gather()
@@ -132,9 +136,9 @@ func TestSourceCreatesSeries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// 14 single-series metrics plus two dead-letter reasons.
-	if n != 16 {
-		t.Errorf("got %d series, want 16", n)
+	// 16 single-series metrics plus two dead-letter reasons.
+	if n != 18 {
+		t.Errorf("got %d series, want 18", n)
 	}
 }
 

@@ -117,8 +117,8 @@ func (w *Worker) flushStats(ctx context.Context) {
 		w.statsMu.Unlock()
 		return
 	}
+	w.setOldest(g.Backlog.OldestAge)
 	if m := w.o.Metrics; m != nil {
-		m.OldestPendingAge.Set(g.Backlog.OldestAge.Seconds())
 		m.PendingEvents.Set(float64(g.Backlog.Pending))
 		m.FailedEvents.Set(float64(g.DeadLetters))
 	}

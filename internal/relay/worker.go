@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -42,8 +43,12 @@ type Options struct {
 	// StatsInterval is how often relay_state and the backlog gauges are
 	// refreshed. Default 15s.
 	StatsInterval time.Duration
-	Metrics       *metrics.SourceMetrics
-	Logger        *slog.Logger
+	// MaxOldestPending and MaxClaimFailure are the readiness thresholds
+	// (see Check); zero: not checked.
+	MaxOldestPending time.Duration
+	MaxClaimFailure  time.Duration
+	Metrics          *metrics.SourceMetrics
+	Logger           *slog.Logger
 }
 
 // Worker relays one source. Create it with NewWorker and call Run once.
@@ -61,6 +66,10 @@ type Worker struct {
 	stats    source.Stats // not yet recorded
 	lastErr  atomic.Pointer[error]
 	lastPoll atomic.Int64 // unix nanos of the latest successful claim query
+	// oldestAge is the age of the oldest pending event (nanoseconds) as the
+	// latest claim or stats refresh saw it.
+	oldestAge atomic.Int64
+	started   time.Time
 }
 
 // NewWorker checks opts and builds a worker.
@@ -85,15 +94,43 @@ func NewWorker(o Options) *Worker {
 		log:     o.Logger.With("source", o.Name),
 		targets: newTargets(o),
 		book:    order.NewBook(),
+		started: time.Now(),
 	}
 }
 
-// Healthy reports the latest claim error, or nil when claims succeed.
-func (w *Worker) Healthy() error {
-	if p := w.lastErr.Load(); p != nil {
-		return *p
+// Healthy is Check now: nil while the source makes progress.
+func (w *Worker) Healthy() error { return w.Check(time.Now()) }
+
+// Check says why the source is stuck at now, or nil: its claims have all
+// failed for longer than MaxClaimFailure, or its oldest pending event is
+// older than MaxOldestPending.
+func (w *Worker) Check(now time.Time) error {
+	if p := w.lastErr.Load(); p != nil && w.o.MaxClaimFailure > 0 {
+		last := w.LastPoll()
+		if last.Before(w.started) {
+			last = w.started
+		}
+		since := now.Sub(last)
+		if since > w.o.MaxClaimFailure {
+			return fmt.Errorf("claims failing for %s (readiness.max_claim_failure %s): %w",
+				since.Round(time.Second), w.o.MaxClaimFailure, *p)
+		}
+	}
+	if age := time.Duration(w.oldestAge.Load()); w.o.MaxOldestPending > 0 && age > w.o.MaxOldestPending {
+		return fmt.Errorf("the oldest pending event is %s old (readiness.max_oldest_pending %s)",
+			age.Round(time.Second), w.o.MaxOldestPending)
 	}
 	return nil
+}
+
+// setOldest records the age of the oldest pending event, for Check and
+// the gauge.
+func (w *Worker) setOldest(age time.Duration) {
+	age = max(age, 0)
+	w.oldestAge.Store(int64(age))
+	if m := w.o.Metrics; m != nil {
+		m.OldestPendingAge.Set(age.Seconds())
+	}
 }
 
 // LastPoll is the time of the latest successful claim query.
@@ -176,6 +213,9 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 				return
 			}
 			w.lastErr.Store(&err)
+			if m := w.o.Metrics; m != nil {
+				m.ClaimErrors.Inc()
+			}
 			w.log.Error("claim failed", "err", err, "retry_in", errWait)
 			if !w.sleep(ctx, errWait, nil) {
 				return
@@ -185,7 +225,19 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 		}
 		errWait = w.o.PollMin
 		w.lastErr.Store(nil)
-		w.lastPoll.Store(time.Now().UnixNano())
+		now := time.Now()
+		w.lastPoll.Store(now.UnixNano())
+		if m := w.o.Metrics; m != nil {
+			m.LastClaim.Set(float64(now.UnixNano()) / 1e9)
+		}
+		if b != nil {
+			// The claim takes the oldest due rows first: its first row's
+			// age is the backlog's age now, without waiting for the next
+			// stats refresh.
+			if c := b.Rows()[0].CreatedAt; !c.IsZero() {
+				w.setOldest(now.Sub(c))
+			}
+		}
 		if b == nil {
 			<-slots
 			if !w.sleep(ctx, interval, w.o.Wake) {
