@@ -138,6 +138,7 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 	}
 	routes := slices.Clone(s.Routes)
 	for j := range routes {
+		routes[j].SinkName = cs.Routes[j].Sink
 		if routes[j].Sink, err = a.sink(cs.Routes[j].Sink); err != nil {
 			return nil, fmt.Errorf("sources[%d].routes[%d].sink: %w", s.Index, j, err)
 		}
@@ -158,7 +159,7 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 		}
 	}
 	opts := relay.Options{
-		Name: s.Name, Store: s.Store, Sink: snk, Topic: s.Layout.Topic.String(), Headers: headerExtras(s.Layout), Routes: routes,
+		Name: s.Name, Owner: a.owner, Store: s.Store, Sink: snk, SinkName: cs.Sink, Topic: s.Layout.Topic.String(), Headers: headerExtras(s.Layout), Routes: routes,
 		BatchSize: cs.BatchSize, Pipeline: cs.Pipeline, Ordering: cs.Ordering == nil || *cs.Ordering,
 		MaxAttempts: cs.MaxAttempts, Backoff: relay.Backoff{Initial: cs.Backoff.Initial.D(), Max: cs.Backoff.Max.D()},
 		PollMin: cs.Poll.Min.D(), PollMax: cs.Poll.Max.D(), ValidateJSON: s.Layout.PayloadJSON,

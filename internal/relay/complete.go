@@ -75,6 +75,7 @@ func (w *Worker) account(f *inflight) {
 	}
 	w.statsMu.Lock()
 	w.stats.Published += int64(len(o.Published))
+	w.delivered += int64(len(o.Published))
 	w.stats.Retried += int64(len(o.Retry))
 	w.stats.DeadLettered += int64(len(o.Dead))
 	if len(o.Published) > 0 {
@@ -103,6 +104,7 @@ func (w *Worker) flushStats(ctx context.Context) {
 	w.statsMu.Lock()
 	st := w.stats
 	w.stats = source.Stats{}
+	st.Live = w.live(time.Now())
 	w.statsMu.Unlock()
 	g, err := w.o.Store.RecordStats(ctx, st)
 	if err != nil {
@@ -122,4 +124,36 @@ func (w *Worker) flushStats(ctx context.Context) {
 		m.PendingEvents.Set(float64(g.Backlog.Pending))
 		m.FailedEvents.Set(float64(g.DeadLetters))
 	}
+}
+
+// rateWindow is the span the delivery rate is measured over.
+const rateWindow = time.Minute
+
+// deliveredAt is the count of delivered events at a time.
+type deliveredAt struct {
+	at time.Time
+	n  int64
+}
+
+// live describes the source now, for relay_state. Call with statsMu held.
+func (w *Worker) live(now time.Time) *source.Live {
+	w.samples = append(w.samples, deliveredAt{now, w.delivered})
+	for len(w.samples) > 2 && now.Sub(w.samples[1].at) >= rateWindow {
+		w.samples = w.samples[1:]
+	}
+	l := &source.Live{Owner: w.o.Owner, Sinks: map[string]string{}}
+	if first := w.samples[0]; now.Sub(first.at) > 0 {
+		l.Rate = float64(w.delivered-first.n) / now.Sub(first.at).Seconds()
+	}
+	if last := w.LastPoll(); last.After(w.started) {
+		l.LastClaim = last
+	}
+	for _, t := range w.targets {
+		if s, ok := t.sink.(interface{ Status() string }); ok {
+			l.Sinks[t.sinkName] = s.Status()
+		} else {
+			l.Sinks[t.sinkName] = "ok"
+		}
+	}
+	return l
 }

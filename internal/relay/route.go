@@ -24,6 +24,8 @@ type Route struct {
 	// to keep the row's topic; TopicTemplate is its template.
 	Topic         int
 	TopicTemplate string
+	// SinkName is the configured name of Sink.
+	SinkName string
 }
 
 func (r *Route) match(row *source.Row) bool {
@@ -48,17 +50,18 @@ type target struct {
 	route    *Route // nil for the source's own sink
 	maxBytes int
 	topic    string // the topic template of its rows
+	sinkName string
 }
 
 func newTargets(o Options) []target {
-	ts := []target{{name: "default", sink: o.Sink, maxBytes: o.Sink.MaxMessageBytes(), topic: o.Topic}}
+	ts := []target{{name: "default", sink: o.Sink, maxBytes: o.Sink.MaxMessageBytes(), topic: o.Topic, sinkName: o.SinkName}}
 	for i := range o.Routes {
 		r := &o.Routes[i]
 		topic := o.Topic
 		if r.Topic >= 0 {
 			topic = r.TopicTemplate
 		}
-		ts = append(ts, target{name: r.Name, sink: r.Sink, route: r, maxBytes: r.Sink.MaxMessageBytes(), topic: topic})
+		ts = append(ts, target{name: r.Name, sink: r.Sink, route: r, maxBytes: r.Sink.MaxMessageBytes(), topic: topic, sinkName: r.SinkName})
 	}
 	return ts
 }

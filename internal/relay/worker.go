@@ -20,6 +20,10 @@ type Options struct {
 	Name  string
 	Store source.Store
 	Sink  sink.Publisher
+	// Owner names this process in relay_state (its lease owner).
+	Owner string
+	// SinkName names the source's own sink.
+	SinkName string
 	// Topic is the source's topic template (for the reason of a row that
 	// renders none).
 	Topic string
@@ -62,10 +66,12 @@ type Worker struct {
 	// stopClaims ends the claim loop (set by Run).
 	stopClaims context.CancelFunc
 
-	statsMu  sync.Mutex
-	stats    source.Stats // not yet recorded
-	lastErr  atomic.Pointer[error]
-	lastPoll atomic.Int64 // unix nanos of the latest successful claim query
+	statsMu   sync.Mutex
+	stats     source.Stats // not yet recorded
+	delivered int64        // events delivered since the start
+	samples   []deliveredAt
+	lastErr   atomic.Pointer[error]
+	lastPoll  atomic.Int64 // unix nanos of the latest successful claim query
 	// oldestAge is the age of the oldest pending event (nanoseconds) as the
 	// latest claim or stats refresh saw it.
 	oldestAge atomic.Int64
@@ -89,12 +95,14 @@ func NewWorker(o Options) *Worker {
 	if o.PollMax < o.PollMin {
 		o.PollMax = o.PollMin
 	}
+	now := time.Now()
 	return &Worker{
 		o:       o,
 		log:     o.Logger.With("source", o.Name),
 		targets: newTargets(o),
 		book:    order.NewBook(),
-		started: time.Now(),
+		started: now,
+		samples: []deliveredAt{{at: now}},
 	}
 }
 

@@ -92,6 +92,18 @@ type Backlog struct {
 type Stats struct {
 	Published, Retried, DeadLettered int64
 	LastPublishedID                  string
+	// Live, when set, is what the source looks like now.
+	Live *Live
+}
+
+// Live is what `outbox-relay status` shows of a running source: the process
+// relaying it, its latest successful claim (zero: none yet), its deliveries
+// a second over the last minute, and each sink's state.
+type Live struct {
+	Owner     string
+	LastClaim time.Time
+	Rate      float64
+	Sinks     map[string]string
 }
 
 // Gauges describe a source now: what is pending, and its dead letters not

@@ -85,6 +85,23 @@ func (p *Publisher) State() (State, error) {
 	return p.state, p.cause
 }
 
+// Status is the sink's state in a word for operators: "ok", "failing"
+// (calls fail, the circuit still closed), "half-open" (probing) or
+// "circuit open" (its rows wait).
+func (p *Publisher) Status() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.state == Open:
+		return "circuit open"
+	case p.state == HalfOpen:
+		return "half-open"
+	case p.fails > 0:
+		return "failing"
+	}
+	return "ok"
+}
+
 // Unwrap returns the sink the breaker guards (for what only it can answer,
 // such as which topics exist).
 func (p *Publisher) Unwrap() sink.Publisher { return p.inner }

@@ -24,7 +24,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 	}
 	defer m.Close()
 	st, err := m.Status(ctx)
-	if err != nil || len(st) != 4 || st[0].Applied {
+	if err != nil || len(st) != 5 || st[0].Applied {
 		t.Fatalf("status before up: %+v %v", st, err)
 	}
 	for round := range 2 {
@@ -70,7 +70,18 @@ func TestMigrateUpDownUp(t *testing.T) {
 		if _, err := admin.ExecContext(ctx, "INSERT INTO "+relayDB+".failed_events (original_event_id, source, source_schema, source_table, payload, failure_reason) VALUES ('1', 'a', 'app', 'outbox', 'not json', 'x')"); err == nil {
 			t.Errorf("round %d: failed_events.payload took text that is not JSON", round)
 		}
-		// One step down drops the newest table only.
+		// One step down undoes the newest migration only: relay_state's
+		// live columns, then the leases table.
+		if err := m.Down(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		var live int
+		if err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'relay_state' AND COLUMN_NAME = 'last_claim_at'", relayDB).Scan(&live); err != nil || live != 0 {
+			t.Fatalf("round %d: relay_state.last_claim_at still there after one step down (%v)", round, err)
+		}
+		if n := countTables(t, admin, relayDB, "leases"); n != 1 {
+			t.Fatalf("round %d: leases dropped by the first step down", round)
+		}
 		if err := m.Down(ctx, false); err != nil {
 			t.Fatal(err)
 		}

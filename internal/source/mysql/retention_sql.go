@@ -33,7 +33,11 @@ const cutoffSQL = "(" + now + " - INTERVAL ? MICROSECOND)"
 // be checked again in a locking read without reading failed_events.
 func retentionPredicates(l *layout.Layout, t Table, relayDB string) (settled, delivered, dead, age string, err error) {
 	var dates []string
-	if l.PublishedAt != "" {
+	switch {
+	case l.PublishedAt != "" && l.Mode == "timestamp" && l.Errored.Name == "":
+		// A dead letter's timestamp is the dead-letter mark, not a date.
+		dates = append(dates, "NULLIF("+col("o", l.PublishedAt)+", '"+layout.DeadLetterMark+"')")
+	case l.PublishedAt != "":
 		dates = append(dates, col("o", l.PublishedAt))
 	}
 	if l.CreatedAt != "" {

@@ -299,9 +299,12 @@ FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, force, string
 	s.gauges = "SELECT COUNT(*), " + backlogAge + ", (SELECT COUNT(*) FROM " + rs +
 		".failed_events WHERE source = ? AND replayed_at IS NULL)\nFROM " + table + " o WHERE " + pendingPredicate(l, "o")
 	s.stats = `INSERT INTO ` + rs + `.relay_state (source, schema_name, table_name, last_poll_time, last_published_event_id,
-  total_events_published, total_events_retried, total_events_dead_lettered, pending_events, lag_seconds, created_at, updated_at)
-VALUES (?, ?, ?, ` + now + `, NULLIF(?, ''), ?, ?, ?, ?, ?, ` + now + `, ` + now + `)
+  total_events_published, total_events_retried, total_events_dead_lettered, pending_events, lag_seconds, created_at, updated_at,
+  owner, last_claim_at, events_per_second, sink_states)
+VALUES (?, ?, ?, COALESCE(?, ` + now + `), NULLIF(?, ''), ?, ?, ?, ?, ?, ` + now + `, ` + now + `, NULLIF(?, ''), ?, ?, ?)
 ON DUPLICATE KEY UPDATE last_poll_time = VALUES(last_poll_time),
+  owner = VALUES(owner), last_claim_at = VALUES(last_claim_at),
+  events_per_second = VALUES(events_per_second), sink_states = VALUES(sink_states),
   last_published_event_id = COALESCE(VALUES(last_published_event_id), last_published_event_id),
   total_events_published = total_events_published + VALUES(total_events_published),
   total_events_retried = total_events_retried + VALUES(total_events_retried),

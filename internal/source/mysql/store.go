@@ -1,10 +1,12 @@
 package mysql
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"database/sql"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -277,8 +279,21 @@ func (s *Store) RecordStats(ctx context.Context, st source.Stats) (source.Gauges
 			return g, fmt.Errorf("record relay state: %w", err)
 		}
 	}
-	_, err := s.db.ExecContext(ctx, s.sql.stats, s.opts.Source, schema, s.opts.Table.Name, st.LastPublishedID,
-		st.Published, st.Retried, st.DeadLettered, g.Backlog.Pending, g.Backlog.OldestAge.Seconds())
+	live := cmp.Or(st.Live, &source.Live{})
+	var lastClaim any
+	if !live.LastClaim.IsZero() {
+		lastClaim = live.LastClaim.UTC()
+	}
+	sinks, err := json.Marshal(live.Sinks)
+	if err != nil {
+		return g, fmt.Errorf("record relay state: %w", err)
+	}
+	if live.Sinks == nil {
+		sinks = []byte("{}")
+	}
+	_, err = s.db.ExecContext(ctx, s.sql.stats, s.opts.Source, schema, s.opts.Table.Name, lastClaim, st.LastPublishedID,
+		st.Published, st.Retried, st.DeadLettered, g.Backlog.Pending, g.Backlog.OldestAge.Seconds(),
+		live.Owner, lastClaim, live.Rate, string(sinks))
 	if err != nil {
 		return g, fmt.Errorf("record relay state: %w", err)
 	}

@@ -23,7 +23,11 @@ var ErrNoAge = errors.New("the layout has no published-at or created-at column t
 // an open (not replayed) entry for it.
 func retentionPredicates(l *layout.Layout, t Table, relaySchema string) (delivered, dead, age string, err error) {
 	var dates []string
-	if l.PublishedAt != "" {
+	switch {
+	case l.PublishedAt != "" && l.Mode == "timestamp" && l.Errored.Name == "":
+		// A dead letter's timestamp is the dead-letter mark, not a date.
+		dates = append(dates, "NULLIF("+col("o", l.PublishedAt)+", '"+layout.DeadLetterMark+"+00')::timestamptz")
+	case l.PublishedAt != "":
 		dates = append(dates, col("o", l.PublishedAt)+"::timestamptz")
 	}
 	if l.CreatedAt != "" {

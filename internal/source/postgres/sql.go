@@ -307,9 +307,13 @@ LEFT JOIN ` + rs + `.retry_state r ON r.source = $1 AND r.event_id = u.id`
 d AS (SELECT count(*) FROM ` + rs + `.failed_events WHERE source = $1 AND replayed_at IS NULL),
 u AS (INSERT INTO ` + rs + `.relay_state AS t
   (source, schema_name, table_name, last_poll_time, last_published_event_id, total_events_published,
-   total_events_retried, total_events_dead_lettered, pending_events, lag_seconds)
-  SELECT $1, $2, $3, now(), NULLIF($4, ''), $5, $6, $7, b.count, COALESCE(EXTRACT(EPOCH FROM now() - b.min), 0) FROM b
-  ON CONFLICT (source) DO UPDATE SET last_poll_time = now(),
+   total_events_retried, total_events_dead_lettered, pending_events, lag_seconds,
+   owner, last_claim_at, events_per_second, sink_states)
+  SELECT $1, $2, $3, COALESCE($9, now()), NULLIF($4, ''), $5, $6, $7, b.count, COALESCE(EXTRACT(EPOCH FROM now() - b.min), 0),
+    NULLIF($8, ''), $9, $10, $11 FROM b
+  ON CONFLICT (source) DO UPDATE SET last_poll_time = excluded.last_poll_time,
+    owner = excluded.owner, last_claim_at = excluded.last_claim_at,
+    events_per_second = excluded.events_per_second, sink_states = excluded.sink_states,
     last_published_event_id = COALESCE(excluded.last_published_event_id, t.last_published_event_id),
     total_events_published = t.total_events_published + excluded.total_events_published,
     total_events_retried = t.total_events_retried + excluded.total_events_retried,

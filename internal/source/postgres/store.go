@@ -6,8 +6,10 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -157,8 +159,20 @@ func (s *Store) RecordStats(ctx context.Context, st source.Stats) (source.Gauges
 		g      source.Gauges
 		oldest *time.Time
 	)
-	err := s.pool.QueryRow(ctx, s.sql.stats, s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name, st.LastPublishedID,
-		st.Published, st.Retried, st.DeadLettered).Scan(&g.Backlog.Pending, &oldest, &g.DeadLetters)
+	live := cmp.Or(st.Live, &source.Live{})
+	var lastClaim *time.Time
+	if !live.LastClaim.IsZero() {
+		lastClaim = &live.LastClaim
+	}
+	sinks, err := json.Marshal(live.Sinks)
+	if err != nil {
+		return g, fmt.Errorf("record relay state: %w", err)
+	}
+	if live.Sinks == nil {
+		sinks = []byte("{}")
+	}
+	err = s.pool.QueryRow(ctx, s.sql.stats, s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name, st.LastPublishedID,
+		st.Published, st.Retried, st.DeadLettered, live.Owner, lastClaim, live.Rate, string(sinks)).Scan(&g.Backlog.Pending, &oldest, &g.DeadLetters)
 	if err != nil {
 		return g, fmt.Errorf("record relay state: %w", err)
 	}
