@@ -210,3 +210,29 @@ func TestCloseIsBounded(t *testing.T) {
 		t.Fatalf("close of a hung sink: %v, want the deadline", err)
 	}
 }
+
+func TestStatusInAWord(t *testing.T) {
+	fail := true
+	f := &fake{answer: func() error {
+		if fail {
+			return errors.New("connection refused")
+		}
+		return nil
+	}}
+	p, c, _ := newTest(f)
+	steps := []struct {
+		do   func()
+		want string
+	}{
+		{func() {}, "ok"},
+		{func() { p.Publish(context.Background(), msgs) }, "failing"},
+		{func() { p.Publish(context.Background(), msgs); p.Publish(context.Background(), msgs) }, "circuit open"},
+		{func() { c.advance(time.Second); fail = false; p.Publish(context.Background(), msgs) }, "ok"},
+	}
+	for i, s := range steps {
+		s.do()
+		if got := p.Status(); got != s.want {
+			t.Fatalf("step %d: status %q, want %q", i, p.Status(), s.want)
+		}
+	}
+}
