@@ -37,16 +37,16 @@ func chaosSource(batch, pipeline int) config.Source {
 			State: config.State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at"}}}}
 }
 
-// fillChaos commits rows over keys (one statement per 500 rows) to topic
-// and records them in the ledger.
-func fillChaos(t *testing.T, pool *pgxpool.Pool, l *eventledger.Ledger, topic string, rows, keys, from int) {
+// fillChaos commits rows over keys prefix0..prefix<keys-1> (one statement
+// per 500 rows) to topic and records them in the ledger.
+func fillChaos(t *testing.T, pool *pgxpool.Pool, l *eventledger.Ledger, topic, prefix string, rows, keys, from int) {
 	t.Helper()
 	ctx := context.Background()
 	for start := 0; start < rows; start += 500 {
 		n := min(500, rows-start)
 		r, err := pool.Query(ctx, `INSERT INTO outbox (k, topic, payload)
-SELECT 'k' || ((($3::int + i) % $4::int)::text), $1, jsonb_build_object('n', $3::int + i)
-FROM generate_series($2::int, $2::int + $5::int - 1) i ORDER BY i RETURNING id::text, k`, topic, start, from, keys, n)
+SELECT $6::text || ((($3::int + i) % $4::int)::text), $1, jsonb_build_object('n', $3::int + i)
+FROM generate_series($2::int, $2::int + $5::int - 1) i ORDER BY i RETURNING id::text, k`, topic, start, from, keys, n, prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -103,7 +103,7 @@ func TestChaosAmbiguousAcks(t *testing.T) {
 	dsn, pool := pgtest.NewDB(t)
 	pgtest.Exec(t, pool, chaosTable)
 	l := eventledger.New()
-	fillChaos(t, pool, l, "orders", rows, 100, 0)
+	fillChaos(t, pool, l, "orders", "k", rows, 100, 0)
 	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
 	// Every fifth produce request is applied, then answered with an error.
 	var n int
@@ -155,7 +155,7 @@ func TestChaosBrokerRestart(t *testing.T) {
 	}
 	c := start()
 	brokers := c.ListenAddrs()
-	fillChaos(t, pool, l, "orders", rows, 100, 0)
+	fillChaos(t, pool, l, "orders", "k", rows, 100, 0)
 	cfg := baseConfig(dsn, brokers, chaosSource(100, 2))
 	s := cfg.Sinks["kafka"]
 	s.Timeout, s.DeliveryTimeout = config.Duration(3*time.Second), config.Duration(2*time.Second)
@@ -209,7 +209,7 @@ func TestChaosDatabaseCut(t *testing.T) {
 	dsn, pool := pgtest.NewDB(t)
 	pgtest.Exec(t, pool, chaosTable)
 	l := eventledger.New()
-	fillChaos(t, pool, l, "orders", rows, 100, 0)
+	fillChaos(t, pool, l, "orders", "k", rows, 100, 0)
 	host := strings.TrimPrefix(strings.SplitN(strings.SplitN(dsn, "@", 2)[1], "/", 2)[0], "")
 	proxy := sinktest.NewProxy(t, host)
 	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
@@ -343,7 +343,7 @@ func TestChaosBlackHoledSink(t *testing.T) {
 	l := eventledger.New()
 	a, _ := runApp(t, cfg)
 	// The connection works first (the sink connects), then holds bytes.
-	fillChaos(t, pool, l, "bh.events", 10, 5, 0)
+	fillChaos(t, pool, l, "bh.events", "r", 10, 5, 0)
 	waitFor(t, 20*time.Second, "RabbitMQ working before the black hole", func() (bool, string) {
 		rabbit.mu.Lock()
 		defer rabbit.mu.Unlock()

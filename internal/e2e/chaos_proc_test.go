@@ -278,6 +278,11 @@ func TestChaosReplicas(t *testing.T) {
 	running := append([]*relayProcess(nil), procs...)
 	for k := range kills {
 		p.flowing(fmt.Sprintf("events flowing before kill %d", k+1), 300)
+		// A burst of backlog on keys of its own: every replica that
+		// believes it holds the source would claim from it at once.
+		burst := 1000
+		fillChaos(t, p.pool, p.l, "orders", "b", burst, 20, k*burst)
+		p.rows.Add(int64(burst))
 		i := rand.N(len(running))
 		pid, _ := p.holderPID()
 		running[i].kill(t)
