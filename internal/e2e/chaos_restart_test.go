@@ -9,13 +9,17 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	eventledger "github.com/outbox-relay/outbox-relay/internal/ledger"
+	"github.com/outbox-relay/outbox-relay/internal/mytest"
+	"github.com/outbox-relay/outbox-relay/internal/sink/sinktest"
 )
 
 const pgBin = "/usr/lib/postgresql/15/bin"
@@ -134,6 +138,72 @@ func TestChaosPostgresRestart(t *testing.T) {
 	}
 	rep := settle(t, pool, l, col, rows, 120*time.Second)
 	t.Logf("%d rows, a fast restart and a crash of PostgreSQL: %s", rows, rep)
+	if !rep.OK() {
+		t.Error(rep)
+	}
+}
+
+// TestChaosMariaDBCut is TestChaosDatabaseCut on MariaDB with seed 004's
+// kafka_outbox: the connection cut again and again while a backlog drains.
+func TestChaosMariaDBCut(t *testing.T) {
+	t.Parallel()
+	rows, cuts := 3000, 6
+	if chaosFull() {
+		rows, cuts = 30000, 40
+	}
+	ctx := context.Background()
+	name, dsn := mytest.NewDatabase(t, "chaos_cut")
+	host := strings.SplitN(strings.SplitN(dsn, "tcp(", 2)[1], ")", 2)[0]
+	proxy := sinktest.NewProxy(t, host)
+	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
+	col := collect(t, c.ListenAddrs(), "orders")
+	cfg := mysqlConfig(t, strings.Replace(dsn, "tcp("+host+")", "tcp("+proxy.Addr()+")", 1), c.ListenAddrs(),
+		config.Source{Name: "chaos", Table: name + ".kafka_outbox", Preset: "kafka-outbox", BatchSize: 50, Pipeline: 3})
+	runApp(t, cfg) // creates the table
+	db := openMySQL(t, dsn)
+	l := eventledger.New()
+	for start := 0; start < rows; start += 500 {
+		var b strings.Builder
+		b.WriteString("INSERT INTO kafka_outbox (topic, `key`, payload_json) VALUES ")
+		for i := start; i < start+500 && i < rows; i++ {
+			if i > start {
+				b.WriteString(", ")
+			}
+			fmt.Fprintf(&b, "('orders', 'k%d', '{\"n\": %d}')", i%100, i)
+		}
+		res, err := db.ExecContext(ctx, b.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		first, _ := res.LastInsertId() // a multi-row INSERT gives consecutive ids from the first
+		for i := start; i < start+500 && i < rows; i++ {
+			l.Commit(strconv.FormatInt(first+int64(i-start), 10), fmt.Sprintf("k%d", i%100))
+		}
+	}
+	published := func() int {
+		var n int
+		_ = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM kafka_outbox WHERE push_completed_at IS NOT NULL").Scan(&n)
+		return n
+	}
+	for i := 1; i <= cuts; i++ {
+		target := rows * i / (cuts + 1)
+		waitFor(t, 60*time.Second, fmt.Sprintf("rows flowing before cut %d", i), func() (bool, string) {
+			n := published()
+			return n >= target, fmt.Sprintf("%d of %d published", n, target)
+		})
+		proxy.Cut(200 * time.Millisecond)
+	}
+	waitFor(t, 90*time.Second, "every row delivered and marked", func() (bool, string) {
+		n := published()
+		got := len(distinct(col.records()))
+		return n == rows && got >= rows, fmt.Sprintf("%d marked, %d delivered of %d", n, got, rows)
+	})
+	for _, r := range col.records() {
+		id, _ := header(r, "event_id")
+		l.Deliver(id)
+	}
+	rep := l.Check(nil)
+	t.Logf("MariaDB: %d rows, %d connection cuts: %s", rows, cuts, rep)
 	if !rep.OK() {
 		t.Error(rep)
 	}
