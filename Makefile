@@ -10,7 +10,7 @@ GO ?= go
 # Services `make services` brings up (see scripts/services.sh --help).
 SERVICES ?= postgres mariadb rabbitmq mosquitto nats redis
 
-.PHONY: help services demo test test-short test-race chaos lint bench build
+.PHONY: help services demo test test-short test-race chaos lint bench build docs
 
 help: ## Show this help.
 	@awk 'BEGIN { FS = ":.*## " } \
@@ -44,6 +44,9 @@ lint: ## Check formatting (gofmt) and run go vet, plus golangci-lint if installe
 	$(GO) vet ./...
 	@if command -v golangci-lint >/dev/null; then golangci-lint run ./...; \
 	else echo "golangci-lint not installed; skipped"; fi
+
+docs: ## Regenerate docs/config.md from the configuration types (a test fails when it is stale).
+	$(GO) run ./internal/config/refdoc > docs/config.md
 
 bench: ## Run the benchmarks.
 	$(GO) test -run '^$$' -bench . -benchmem ./...

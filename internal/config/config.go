@@ -54,7 +54,7 @@ type Database struct {
 
 // Sink is one broker connection. Kafka's settings sit on the sink itself;
 // every other type keeps its settings in a block named after it
-// (sinks.<name>.rabbitmq, ...), defined by its package under internal/sink.
+// (sinks.<name>.rabbitmq, ...).
 type Sink struct {
 	Type             string   `yaml:"type"` // kafka|nats|rabbitmq|redis|mqtt|webhook
 	Brokers          []string `yaml:"brokers"`
@@ -207,27 +207,27 @@ type Poll struct {
 // column; template fields mix literal text with {column} references, e.g.
 // "tenant:{tenantId}". Empty fields keep the preset's value.
 type Layout struct {
-	ID            string `yaml:"id"`
-	Payload       string `yaml:"payload"`
-	PayloadFormat string `yaml:"payload_format"` // json|raw
-	Topic         string `yaml:"topic"`          // template
-	Key           string `yaml:"key"`            // template
-	PartitionKey  string `yaml:"partition_key"`  // template
-	OrderKey      string `yaml:"order_key"`      // template; default partition key, else key
-	Headers       string `yaml:"headers"`        // column holding a JSON object
+	ID            string `yaml:"id"`             // column: the event's id (unique)
+	Payload       string `yaml:"payload"`        // column: the message body (json, jsonb, text or bytea)
+	PayloadFormat string `yaml:"payload_format"` // json (checked) or raw
+	Topic         string `yaml:"topic"`          // template: the destination (topic, subject, routing key, URL path)
+	Key           string `yaml:"key"`            // template: the message key
+	PartitionKey  string `yaml:"partition_key"`  // template: places the message instead of the key
+	OrderKey      string `yaml:"order_key"`      // template: what order is kept per; default the partition key, else the key
+	Headers       string `yaml:"headers"`        // column holding a JSON object of headers
 	// ExtraHeaders adds a header per entry, named by the key, its value the
 	// template (e.g. tenant_id: "{tenantId}"); a template that renders
 	// nothing (a NULL or empty column) adds no header.
 	ExtraHeaders  map[string]string `yaml:"extra_headers"`
-	EventType     string            `yaml:"event_type"`
-	AggregateType string            `yaml:"aggregate_type"`
-	AggregateID   string            `yaml:"aggregate_id"`
-	CreatedAt     string            `yaml:"created_at"`
-	OrderBy       string            `yaml:"order_by"` // column; default created_at, else id
-	XIDColumn     string            `yaml:"xid_column"`
-	RetryCount    string            `yaml:"retry_count"`
-	MaxRetries    string            `yaml:"max_retries"`
-	Error         string            `yaml:"error"`
+	EventType     string            `yaml:"event_type"`     // column: the event type (header, routes)
+	AggregateType string            `yaml:"aggregate_type"` // column: the aggregate type (header, routes)
+	AggregateID   string            `yaml:"aggregate_id"`   // column: the aggregate id (header)
+	CreatedAt     string            `yaml:"created_at"`     // column: when the row was written (lag, retention)
+	OrderBy       string            `yaml:"order_by"`       // column rows are claimed in; default created_at, else id
+	XIDColumn     string            `yaml:"xid_column"`     // column of type xid8 filled with pg_current_xact_id(): claims in commit order
+	RetryCount    string            `yaml:"retry_count"`    // column the relay counts failed attempts in
+	MaxRetries    string            `yaml:"max_retries"`    // column: a row's own retry budget
+	Error         string            `yaml:"error"`          // column the relay writes a dead letter's reason to
 	State         State             `yaml:"state"`
 }
 
