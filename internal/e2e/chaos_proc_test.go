@@ -218,9 +218,9 @@ WHERE application_name LIKE 'outbox-relay %' AND state = 'idle in transaction'`)
 // first delivery and nothing is lost.
 func TestChaosFrozenHolder(t *testing.T) {
 	t.Parallel()
-	freezes := 2
+	freezes := 4
 	if chaosFull() {
-		freezes = 8
+		freezes = 12
 	}
 	p := newProcChaos(t, "1s", 50)
 	procs := []*relayProcess{p.start(), p.start()}

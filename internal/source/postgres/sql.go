@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -22,6 +23,7 @@ func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''
 // statements is the SQL of one source, built once from its layout.
 type statements struct {
 	claim         string
+	claimFenced   string // claim, under a lease ($3 shard, $4 owner, $5 term)
 	ack           string // $1 ctids, and $2 the batch id when the layout records claims
 	ackBatchID    bool
 	dead          string // $1 ids, $2 reasons
@@ -228,13 +230,23 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		// statements ran, then by id (rows of one statement).
 		orderBy += ", " + tieSQL + ", " + id
 	}
-	s.claim = fmt.Sprintf(`SELECT %s
+	claim := func(where []string) string {
+		return fmt.Sprintf(`SELECT %s
 FROM %s o
 LEFT JOIN %s.retry_state r ON r.source = $1 AND r.event_id = %s::text
 WHERE %s
 ORDER BY %s
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, id, strings.Join(where, "\n  AND "), orderBy)
+	}
+	s.claim = claim(where)
+	// Under a lease the claim locks nothing unless the lease is still this
+	// holder's, as of the statement's snapshot: a deposed holder's claim
+	// must not hold rows even for a moment, or the new holder's claim
+	// would skip them and take later rows of their keys first. A takeover
+	// that commits after the snapshot finds the statement holding its lock
+	// on the table and ends it (Leases.EndOwner) before claiming.
+	s.claimFenced = claim(append(slices.Clone(where), "EXISTS (SELECT 1 FROM "+rs+".leases l WHERE l.shard = $3 AND l.owner = $4 AND l.term = $5)"))
 
 	// Published rows are found by their ctid: a TID scan, whatever the
 	// planner thinks of the table's size (a generic plan made while the

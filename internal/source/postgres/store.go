@@ -106,12 +106,18 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	if err != nil {
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}
-	rows, err := tx.Query(ctx, s.sql.claim, s.opts.Source, limit)
+	lease := s.Fence.Get()
+	var rows pgx.Rows
+	if lease != nil {
+		rows, err = tx.Query(ctx, s.sql.claimFenced, s.opts.Source, limit, lease.Shard, lease.Owner, lease.Term)
+	} else {
+		rows, err = tx.Query(ctx, s.sql.claim, s.opts.Source, limit)
+	}
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
 	}
-	b := &batch{store: s, tx: tx, lease: s.Fence.Get()}
+	b := &batch{store: s, tx: tx, lease: lease}
 	if s.sql.ackBatchID {
 		b.id = newBatchID()
 	}
