@@ -70,10 +70,13 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 func (b *batch) complete(ctx context.Context, o source.Outcome) error {
 	s := b.store
 	if b.lease != nil {
-		// A deposed holder completes nothing. The locking read sees the
-		// lease as it is now, whatever the transaction's snapshot, and
-		// holds it until the commit.
-		if err := b.checkLease(ctx, " LOCK IN SHARE MODE"); err != nil {
+		// A deposed holder completes nothing. The read (READ COMMITTED)
+		// sees the lease as it is now, and takes no lock: a holder frozen
+		// inside this transaction would otherwise keep every replica from
+		// taking the lease over. A takeover committed after it finds this
+		// transaction open and ends it (Leases.EndOwner) before the new
+		// holder claims anything.
+		if err := b.checkLease(ctx, ""); err != nil {
 			return err
 		}
 	}

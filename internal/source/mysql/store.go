@@ -195,6 +195,18 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		b.done()
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}
+	if b.lease != nil {
+		// Checked before any row is locked too: a deposed holder must not
+		// hold rows even for a moment, or the new holder's claim would
+		// skip them and take later rows of their keys first. A takeover
+		// committed after this read finds the transaction open and ends it
+		// (Leases.EndOwner) before the new holder claims.
+		if err := b.checkLease(ctx, ""); err != nil {
+			_ = b.tx.Rollback()
+			b.done()
+			return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+		}
+	}
 	if err := b.claim(ctx, limit); err != nil {
 		_ = b.tx.Rollback()
 		b.done()
