@@ -4,6 +4,7 @@
 //	GET /healthz  200 "ok" while the process runs (liveness)
 //	GET /readyz   200 when every readiness check passes, else 503 (readiness)
 //	GET /health   the same as /readyz
+//	GET /         the console, and /api/ the JSON admin API (see WithAPI)
 //
 // /readyz answers with a JSON body such as
 //
@@ -50,6 +51,9 @@ type Server struct {
 	ready  ReadyFunc
 	logger *slog.Logger
 	http   *http.Server
+	mux    *http.ServeMux
+	api    API    // nil: no console nor admin API
+	token  string // guards the API's changes
 
 	mu      sync.Mutex
 	ln      net.Listener
@@ -70,6 +74,7 @@ func New(addr string, reg *prometheus.Registry, ready ReadyFunc, logger *slog.Lo
 	s := &Server{addr: addr, ready: ready, logger: logger}
 
 	mux := http.NewServeMux()
+	s.mux = mux
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog:      slog.NewLogLogger(logger.Handler(), slog.LevelError),
 		ErrorHandling: promhttp.ContinueOnError,

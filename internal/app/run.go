@@ -45,7 +45,11 @@ func (a *App) Run(ctx context.Context) error {
 	defer wg.Wait()
 
 	if a.cfg.Admin.Listen != "off" {
-		srv := admin.New(a.cfg.Admin.Listen, a.reg, a.ready, a.log)
+		token, err := a.cfg.Admin.BearerToken()
+		if err != nil {
+			return err
+		}
+		srv := admin.New(a.cfg.Admin.Listen, a.reg, a.ready, a.log).WithAPI(consoleAPI{a}, token)
 		if err := srv.Listen(); err != nil {
 			return fmt.Errorf("admin.listen: %w", err)
 		}

@@ -76,30 +76,9 @@ func newDLQ(g *globals) *cobra.Command {
 			return err
 		}
 		defer cleanup()
-		ctx := cmd.Context()
-		evs, err := a.ListFailed(ctx, db, f.filter())
+		total, err := a.ReplayDead(cmd.Context(), db, f.filter(), actor())
 		if err != nil {
 			return err
-		}
-		srcs, err := a.Resolve(ctx)
-		if err != nil {
-			return err
-		}
-		stores := map[string]*app.Source{}
-		for _, s := range srcs {
-			stores[s.Name] = s
-		}
-		total := 0
-		for _, e := range evs {
-			st, ok := stores[e.Source]
-			if !ok {
-				return fmt.Errorf("dead letter %s belongs to source %q, which the config does not have", e.ID, e.Source)
-			}
-			n, err := st.Replay(ctx, []source.FailedEvent{e}, actor())
-			total += n
-			if err != nil {
-				return fmt.Errorf("replayed %d, then: %w", total, err)
-			}
 		}
 		fmt.Fprintf(g.stdout, "replayed %d dead letter(s)\n", total)
 		return nil

@@ -34,10 +34,18 @@ type Log struct {
 	Format string `yaml:"format"` // json|text, default json
 }
 
-// Admin configures the HTTP server for /metrics, /healthz and /readyz.
+// Admin configures the HTTP server for /metrics, /healthz, /readyz, the
+// console and the JSON admin API.
 type Admin struct {
-	// Listen is the address, default ":9090"; "off" disables the server.
+	// Listen is the address, default "127.0.0.1:9090" (this machine only);
+	// ":9090" listens on every interface (probes, scrapes from elsewhere);
+	// "off" disables the server.
 	Listen string `yaml:"listen"`
+	// Token is the bearer token that the console and the admin API's
+	// changes (replaying dead letters) need; without one they are refused.
+	// TokenFile names a file holding it instead (mounted secrets).
+	Token     string `yaml:"token"`
+	TokenFile string `yaml:"token_file"`
 }
 
 // Shutdown bounds how long in-flight batches may take once a stop is asked.

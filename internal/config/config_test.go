@@ -226,7 +226,7 @@ func checkMinimal(t *testing.T, c *Config) {
 	want := &Config{
 		RelaySchema: "outbox_relay",
 		Log:         Log{Level: "info", Format: "json"},
-		Admin:       Admin{Listen: ":9090"},
+		Admin:       Admin{Listen: "127.0.0.1:9090"},
 		Shutdown:    Shutdown{Timeout: Duration(30 * time.Second)},
 		LeaseTTL:    Duration(15 * time.Second),
 		Databases: map[string]Database{

@@ -11,7 +11,7 @@ const (
 	DefaultRelaySchema     = "outbox_relay"
 	DefaultLogLevel        = "info"
 	DefaultLogFormat       = "json"
-	DefaultAdminListen     = ":9090"
+	DefaultAdminListen     = "127.0.0.1:9090"
 	DefaultShutdownTimeout = 30 * time.Second
 	DefaultLeaseTTL        = 15 * time.Second
 

@@ -13,6 +13,7 @@ const (
 	envPrefix      = "OUTBOX_RELAY_"
 	envLogLevel    = envPrefix + "LOG_LEVEL"
 	envAdminListen = envPrefix + "ADMIN_LISTEN"
+	envAdminToken  = envPrefix + "ADMIN_TOKEN"
 	envDatabaseURL = "DATABASE_URL"
 	fileSuffix     = "_FILE"
 )
@@ -87,6 +88,7 @@ func overridden(cfg *Config, env func(string) (string, bool)) map[string]bool {
 	}
 	out["log.level"] = set(envLogLevel)
 	out["admin.listen"] = set(envAdminListen)
+	out["admin.token"] = set(envAdminToken)
 	return out
 }
 
@@ -158,6 +160,7 @@ func applyEnv(cfg *Config, env func(string) (string, bool), ps *problems) {
 
 	override("log.level", envLogLevel, func(s string) { cfg.Log.Level = s })
 	override("admin.listen", envAdminListen, func(s string) { cfg.Admin.Listen = s })
+	override("admin.token", envAdminToken, func(s string) { cfg.Admin.Token = s })
 }
 
 // splitList splits a list separated by commas or white space (so a file may
@@ -174,4 +177,21 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// BearerToken is admin.token, or what admin.token_file holds (its trailing
+// newline dropped); "" when neither is set.
+func (a Admin) BearerToken() (string, error) {
+	if a.TokenFile == "" {
+		return a.Token, nil
+	}
+	data, err := os.ReadFile(a.TokenFile)
+	if err != nil {
+		return "", fmt.Errorf("admin.token_file: %w", err)
+	}
+	t := strings.TrimRight(string(data), "\r\n")
+	if t == "" {
+		return "", fmt.Errorf("admin.token_file: file %s is empty", a.TokenFile)
+	}
+	return t, nil
 }

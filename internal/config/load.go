@@ -42,6 +42,7 @@ func Load(path string) (*Config, error) {
 //	OUTBOX_RELAY_SINK_<NAME>_SASL_PASSWORD  sinks.<name>.sasl.password
 //	OUTBOX_RELAY_LOG_LEVEL                  log.level
 //	OUTBOX_RELAY_ADMIN_LISTEN               admin.listen
+//	OUTBOX_RELAY_ADMIN_TOKEN                admin.token
 //	DATABASE_URL                            the dsn of the only database, when it has none
 //
 // Problems in the file, in the environment or in the resulting values are

@@ -46,6 +46,9 @@ func (c *Config) Validate() error {
 			ps.add("admin.listen", "must be host:port, :port or \"off\", got %q", l)
 		}
 	}
+	if c.Admin.Token != "" && c.Admin.TokenFile != "" {
+		ps.add("admin.token_file", "set admin.token or admin.token_file, not both")
+	}
 	positive(&ps, "shutdown.timeout", c.Shutdown.Timeout)
 	if c.LeaseTTL < Duration(time.Second) {
 		ps.add("lease_ttl", "must be at least 1s, got %s", c.LeaseTTL)

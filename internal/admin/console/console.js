@@ -1,0 +1,74 @@
+// The console: reads /api/sources and /api/dead-letters, replays a dead
+// letter (after a confirmation) with the token kept for this tab only.
+"use strict";
+const token = document.getElementById("token");
+token.value = sessionStorage.getItem("outbox-relay-token") || "";
+token.addEventListener("change", () => sessionStorage.setItem("outbox-relay-token", token.value));
+const msg = (text, error) => { const m = document.getElementById("msg"); m.textContent = text; m.className = error ? "error" : ""; };
+const cell = (tr, text, cls) => { const td = tr.insertCell(); td.textContent = text; if (cls) td.className = cls; return td; };
+const age = (s) => s < 1 ? "0s" : s < 120 ? Math.round(s) + "s" : Math.round(s / 60) + "m";
+
+async function sources() {
+  const r = await fetch("/api/sources");
+  const list = await r.json();
+  const body = document.querySelector("#sources tbody");
+  body.replaceChildren();
+  for (const s of list) {
+    const tr = body.insertRow();
+    cell(tr, s.source);
+    cell(tr, s.owner ? s.owner + (s.held ? "" : " (expired)") + " #" + s.term : "-");
+    cell(tr, s.pending);
+    cell(tr, age(s.oldest_pending_seconds));
+    cell(tr, s.events_per_second.toFixed(1));
+    cell(tr, s.retrying);
+    cell(tr, s.dead_letters);
+    cell(tr, s.last_claim ? age((Date.now() - Date.parse(s.last_claim)) / 1000) + " ago" : "never");
+    cell(tr, Object.entries(s.sinks || {}).map(([k, v]) => k + "=" + v).join(", "));
+    cell(tr, s.stuck ? "stuck: " + s.stuck : "ok", s.stuck ? "stuck" : "");
+  }
+}
+
+async function deadLetters() {
+  const q = new URLSearchParams(new FormData(document.getElementById("filter")));
+  for (const [k, v] of [...q]) if (!v) q.delete(k);
+  const r = await fetch("/api/dead-letters?" + q);
+  const list = await r.json();
+  if (!r.ok) { msg(list.error, true); return; }
+  const body = document.querySelector("#dead tbody");
+  body.replaceChildren();
+  for (const d of list) {
+    const tr = body.insertRow();
+    tr.dataset.id = d.id;
+    cell(tr, new Date(d.last_failed_at).toLocaleString());
+    cell(tr, d.source);
+    cell(tr, d.original_event_id);
+    cell(tr, d.event_type);
+    cell(tr, d.reason, "reason");
+    cell(tr, d.failure_count);
+    const b = document.createElement("button");
+    b.textContent = "Replay";
+    b.className = "replay";
+    b.addEventListener("click", () => replay(d));
+    tr.insertCell().append(b);
+  }
+}
+
+async function replay(d) {
+  if (!confirm("Replay event " + d.original_event_id + " of " + d.source + "? It goes back to its table's pending set.")) return;
+  const r = await fetch("/api/dead-letters/replay", {
+    method: "POST",
+    headers: { "Content-Type": "application/json", "Authorization": "Bearer " + token.value },
+    body: JSON.stringify({ ids: [d.id] }),
+  });
+  const out = await r.json();
+  if (!r.ok) { msg(out.error, true); return; }
+  msg("replayed " + out.replayed + " dead letter(s)");
+  await refresh();
+}
+
+async function refresh() {
+  try { await Promise.all([sources(), deadLetters()]); } catch (e) { msg(String(e), true); }
+}
+document.getElementById("filter").addEventListener("submit", (e) => { e.preventDefault(); refresh(); });
+refresh();
+setInterval(sources, 5000);
