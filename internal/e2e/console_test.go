@@ -1,0 +1,111 @@
+package e2e
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/chromedp"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+)
+
+// TestConsoleClickReplays drives the console in headless Chromium: it
+// lists a dead letter; with the token typed in, a real click on its Replay
+// button, the confirmation accepted, puts it back, and the row arrives.
+// A screenshot of the console is kept in the test's artifacts.
+func TestConsoleClickReplays(t *testing.T) {
+	t.Parallel()
+	browser, err := exec.LookPath("chromium")
+	if err != nil {
+		if os.Getenv("OUTBOX_RELAY_CI") != "" {
+			t.Fatal("chromium not found; .ci/run installs Debian's chromium")
+		}
+		t.Skip("chromium not found: install Debian's chromium package to run the console's browser test")
+	}
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
+	c := kafkaCluster(t, kfake.SeedTopics(1, "orders"))
+	refuse := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.InvalidRecord, Count: -1})
+	var id string
+	if err := pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload)
+VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}') RETURNING id::text`).Scan(&id); err != nil {
+		t.Fatal(err)
+	}
+	cfg := baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "shop", Table: "public.outbox", Preset: "status"})
+	cfg.Admin = config.Admin{Listen: "127.0.0.1:0", Token: "s3cret"}
+	col := collect(t, c.ListenAddrs(), "orders")
+	a, _ := runApp(t, cfg)
+	waitFor(t, 10*time.Second, "the admin server", func() (bool, string) { return a.AdminAddr() != "", "" })
+	waitFor(t, 20*time.Second, "the dead letter", func() (bool, string) {
+		var n int
+		_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events WHERE original_event_id = $1", id).Scan(&n)
+		return n == 1, "not yet"
+	})
+	refuse.Remove()
+
+	actx, cancel := chromedp.NewExecAllocator(ctx, append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()))...)
+	defer cancel()
+	bctx, cancel := chromedp.NewContext(actx)
+	defer cancel()
+	bctx, cancel = context.WithTimeout(bctx, 60*time.Second)
+	defer cancel()
+	// The Replay button asks for a confirmation: accept it, as a user does.
+	dialogs := chromedp.Events(bctx, page.JavascriptDialogOpening)
+	go func() {
+		for _, err := range dialogs {
+			if err != nil {
+				return
+			}
+			_, _ = chromedp.Call(bctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+		}
+	}()
+	if err := chromedp.Do(bctx,
+		chromedp.Navigate("http://"+a.AdminAddr()+"/"),
+		chromedp.WaitVisible(`#sources tbody tr`),
+		chromedp.WaitVisible(`#dead tbody tr button.replay`),
+		chromedp.SendKeys(`#token`, "s3cret"),
+	); err != nil {
+		t.Fatalf("open the console: %v", err)
+	}
+	shot, err := chromedp.Run(bctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot: %v", err)
+	}
+	if err := chromedp.Do(bctx, chromedp.Click(`#dead tbody tr button.replay`, chromedp.NodeVisible)); err != nil {
+		t.Fatalf("click Replay: %v", err)
+	}
+	msg, err := chromedp.Run(bctx, chromedp.Poll[string](`document.getElementById("msg").textContent`, chromedp.WithPollingTimeout(20*time.Second)))
+	if err != nil {
+		t.Fatalf("the console's answer: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(t.ArtifactDir(), "console.png"), shot, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("console screenshot: %s (%d bytes); message %q", filepath.Join(t.ArtifactDir(), "console.png"), len(shot), msg)
+	if !strings.Contains(msg, "replayed 1") {
+		t.Fatalf("after the click the console says %q", msg)
+	}
+	col.waitDistinct(t, 1, 10*time.Second)
+	var actor string
+	if err := pool.QueryRow(ctx, `SELECT a.actor FROM outbox_relay.failed_event_audit a
+JOIN outbox_relay.failed_events f ON f.id = a.failed_event_id WHERE f.original_event_id = $1`, id).Scan(&actor); err != nil ||
+		!strings.HasPrefix(actor, "console:127.0.0.1:") {
+		t.Errorf("audit actor %q (%v), want the console's caller", actor, err)
+	}
+}
