@@ -335,7 +335,7 @@ func TestChaosBlackHoledSink(t *testing.T) {
 	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
 	cfg := baseConfig(dsn, c.ListenAddrs(), chaosSource(50, 2))
 	cfg.Sinks["rabbit"] = config.Sink{Type: "rabbitmq", Timeout: config.Duration(500 * time.Millisecond),
-		Circuit: config.Circuit{Cooldown: config.Duration(200 * time.Millisecond), MaxCooldown: config.Duration(time.Second)},
+		Circuit:  config.Circuit{Cooldown: config.Duration(200 * time.Millisecond), MaxCooldown: config.Duration(time.Second)},
 		RabbitMQ: &rabbitmq.Config{URL: "amqp://guest:guest@" + hole.addr() + "/", Exchange: rabbit.exchange}}
 	cfg.Sources[0].Routes = []config.Route{{Name: "rabbit", Column: "topic", Values: []string{"bh.events"}, Sink: "rabbit"}}
 	cfg.ApplyDefaults()
@@ -429,4 +429,3 @@ RETURNING id::text, k, created_at`, map[string]string{"orders": "k", "bh.events"
 		t.Error(rep)
 	}
 }
-

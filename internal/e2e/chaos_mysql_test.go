@@ -175,4 +175,3 @@ sources:
 		t.Error(rep)
 	}
 }
-
