@@ -47,6 +47,8 @@ type App struct {
 	kgoOpts       []kgo.Opt
 	tracer        pgx.QueryTracer
 	statsInterval time.Duration
+	historyEvery  time.Duration // the console's chart resolution
+	history       *history
 
 	mu        sync.Mutex
 	closed    bool // Close has run
@@ -58,8 +60,14 @@ type App struct {
 // Option adjusts an App.
 type Option func(*App)
 
+// WithHistoryInterval sets the resolution of the console's charts (default
+// 10s; an hour of samples is kept).
+func WithHistoryInterval(d time.Duration) Option {
+	return func(a *App) { a.historyEvery = d }
+}
+
 // WithStatsInterval sets how often sources refresh relay_state and their
-// backlog gauges (default 10s).
+// backlog gauges (default 15s).
 func WithStatsInterval(d time.Duration) Option {
 	return func(a *App) { a.statsInterval = d }
 }

@@ -17,7 +17,25 @@ type consoleAPI struct{ a *App }
 
 var _ admin.API = consoleAPI{}
 
-func (c consoleAPI) Sources(ctx context.Context) (any, error) { return c.a.Status(ctx) }
+// Sources is every source's status, and the last hour of each source this
+// process relays (pending, oldest pending age, events a second).
+func (c consoleAPI) Sources(ctx context.Context) (any, error) {
+	st, err := c.a.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c.a.mu.Lock()
+	h := c.a.history
+	c.a.mu.Unlock()
+	hist := map[string][]point{}
+	if h != nil {
+		hist = h.get()
+	}
+	return struct {
+		Sources []SourceStatus     `json:"sources"`
+		History map[string][]point `json:"history"`
+	}{st, hist}, nil
+}
 
 // deadLetter is a dead letter as the API shows it.
 type deadLetter struct {

@@ -1,6 +1,7 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -43,6 +44,12 @@ func (a *App) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	defer wg.Wait()
+
+	every := cmp.Or(a.historyEvery, historyEvery)
+	a.mu.Lock()
+	a.history = newHistory(every, a.sources)
+	a.mu.Unlock()
+	wg.Go(func() { a.history.run(ctx) })
 
 	if a.cfg.Admin.Listen != "off" {
 		token, err := a.cfg.Admin.BearerToken()

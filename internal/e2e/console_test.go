@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -46,7 +47,7 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}') RETURNING id
 	cfg := baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "shop", Table: "public.outbox", Preset: "status"})
 	cfg.Admin = config.Admin{Listen: "127.0.0.1:0", Token: "s3cret"}
 	col := collect(t, c.ListenAddrs(), "orders")
-	a, _ := runApp(t, cfg)
+	a, _ := runApp(t, cfg, app.WithHistoryInterval(50*time.Millisecond))
 	waitFor(t, 10*time.Second, "the admin server", func() (bool, string) { return a.AdminAddr() != "", "" })
 	waitFor(t, 20*time.Second, "the dead letter", func() (bool, string) {
 		var n int
@@ -77,7 +78,7 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}') RETURNING id
 	}()
 	if err := chromedp.Do(bctx,
 		chromedp.Navigate("http://"+a.AdminAddr()+"/"),
-		chromedp.WaitVisible(`#sources tbody tr`),
+		chromedp.WaitVisible(`#sources tbody tr svg.chart polyline`),
 		chromedp.WaitVisible(`#dead tbody tr button.replay`),
 		chromedp.SendKeys(`#token`, "s3cret"),
 	); err != nil {

@@ -8,9 +8,28 @@ const msg = (text, error) => { const m = document.getElementById("msg"); m.textC
 const cell = (tr, text, cls) => { const td = tr.insertCell(); td.textContent = text; if (cls) td.className = cls; return td; };
 const age = (s) => s < 1 ? "0s" : s < 120 ? Math.round(s) + "s" : Math.round(s / 60) + "m";
 
+// chart draws values (oldest first) as a small SVG line, scaled to its
+// largest value, which it shows in its title.
+function chart(values) {
+  const ns = "http://www.w3.org/2000/svg", w = 160, h = 32;
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("width", w); svg.setAttribute("height", h); svg.classList.add("chart");
+  const top = Math.max(...values, 0);
+  const title = document.createElementNS(ns, "title");
+  title.textContent = values.length ? "max " + top.toFixed(1) + ", now " + values[values.length - 1].toFixed(1) : "no samples yet";
+  svg.append(title);
+  if (values.length > 1) {
+    const line = document.createElementNS(ns, "polyline");
+    line.setAttribute("points", values.map((v, i) =>
+      (i * (w - 2) / (values.length - 1) + 1).toFixed(1) + "," + (h - 1 - (top ? v / top : 0) * (h - 2)).toFixed(1)).join(" "));
+    svg.append(line);
+  }
+  return svg;
+}
+
 async function sources() {
   const r = await fetch("/api/sources");
-  const list = await r.json();
+  const { sources: list, history } = await r.json();
   const body = document.querySelector("#sources tbody");
   body.replaceChildren();
   for (const s of list) {
@@ -25,6 +44,9 @@ async function sources() {
     cell(tr, s.last_claim ? age((Date.now() - Date.parse(s.last_claim)) / 1000) + " ago" : "never");
     cell(tr, Object.entries(s.sinks || {}).map(([k, v]) => k + "=" + v).join(", "));
     cell(tr, s.stuck ? "stuck: " + s.stuck : "ok", s.stuck ? "stuck" : "");
+    const h = (history || {})[s.source] || [];
+    tr.insertCell().append(chart(h.map((p) => p.oldest_seconds)));
+    tr.insertCell().append(chart(h.map((p) => p.events_per_second)));
   }
 }
 
