@@ -24,6 +24,8 @@ type API interface {
 	// Replay puts the dead letters with these ids back into their tables'
 	// pending sets, audited under actor.
 	Replay(ctx context.Context, ids []string, actor string) (int, error)
+	// Purge deletes the dead letters with these ids, audited under actor.
+	Purge(ctx context.Context, ids []string, actor string) (int, error)
 }
 
 // DeadFilter selects dead letters in the API.
@@ -45,7 +47,8 @@ func (s *Server) WithAPI(api API, token string) *Server {
 	s.mux.Handle("GET /console/", http.StripPrefix("/console/", http.FileServerFS(sub)))
 	s.mux.HandleFunc("GET /api/sources", s.apiSources)
 	s.mux.HandleFunc("GET /api/dead-letters", s.apiDeadLetters)
-	s.mux.HandleFunc("POST /api/dead-letters/replay", s.authorized(s.apiReplay))
+	s.mux.HandleFunc("POST /api/dead-letters/replay", s.authorized(s.change("replayed", s.api.Replay)))
+	s.mux.HandleFunc("POST /api/dead-letters/purge", s.authorized(s.change("purged", s.api.Purge)))
 	return s
 }
 
@@ -112,30 +115,34 @@ func (s *Server) apiDeadLetters(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, v)
 }
 
-func (s *Server) apiReplay(w http.ResponseWriter, r *http.Request) {
-	var req struct {
-		IDs []string `json:"ids"`
-	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || len(req.IDs) == 0 {
-		apiError(w, http.StatusBadRequest, `the body must be {"ids": ["<dead letter id>", ...]}`)
-		return
-	}
-	actor := "console:" + r.RemoteAddr
-	if a := strings.TrimSpace(r.Header.Get("X-Actor")); a != "" {
-		actor = "console:" + a
-	}
-	n, err := s.api.Replay(r.Context(), req.IDs, actor)
-	if err != nil {
-		var nf notFound
-		if errors.As(err, &nf) {
-			apiError(w, http.StatusNotFound, err.Error())
+// change serves a change to dead letters (replay, purge): the body names
+// their ids; the answer says how many were done under key.
+func (s *Server) change(key string, do func(context.Context, []string, string) (int, error)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			IDs []string `json:"ids"`
+		}
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&req); err != nil || len(req.IDs) == 0 {
+			apiError(w, http.StatusBadRequest, `the body must be {"ids": ["<dead letter id>", ...]}`)
 			return
 		}
-		apiError(w, http.StatusInternalServerError, err.Error())
-		return
+		actor := "console:" + r.RemoteAddr
+		if a := strings.TrimSpace(r.Header.Get("X-Actor")); a != "" {
+			actor = "console:" + a
+		}
+		n, err := do(r.Context(), req.IDs, actor)
+		if err != nil {
+			var nf notFound
+			if errors.As(err, &nf) {
+				apiError(w, http.StatusNotFound, err.Error())
+				return
+			}
+			apiError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		s.logger.Info("dead letters "+key+" through the admin API", "count", n, "actor", actor)
+		writeJSON(w, http.StatusOK, map[string]int{key: n})
 	}
-	s.logger.Info("dead letters replayed through the admin API", "count", n, "actor", actor)
-	writeJSON(w, http.StatusOK, map[string]int{"replayed": n})
 }
 
 // notFound marks an error about ids that name no dead letter.

@@ -24,6 +24,10 @@ func (f *fakeAPI) Replay(_ context.Context, ids []string, actor string) (int, er
 	f.replays, f.actor = append(f.replays, ids), actor
 	return len(ids), nil
 }
+func (f *fakeAPI) Purge(_ context.Context, ids []string, actor string) (int, error) {
+	f.replays, f.actor = append(f.replays, ids), actor
+	return len(ids), nil
+}
 
 func do(s *Server, method, path, auth, body string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, path, strings.NewReader(body))
@@ -57,6 +61,13 @@ func TestAPIChangesNeedTheToken(t *testing.T) {
 	rec := do(s, "POST", "/api/dead-letters/replay", "Bearer s3cret", `{"ids":["1","2"]}`)
 	if rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), `"replayed":2`) || api.actor != "console:alice" {
 		t.Errorf("replay with the token: %d %s, actor %q", rec.Code, rec.Body, api.actor)
+	}
+	if rec := do(s, "POST", "/api/dead-letters/purge", "Bearer wrong", `{"ids":["3"]}`); rec.Code != http.StatusUnauthorized {
+		t.Errorf("purge with a wrong token: %d", rec.Code)
+	}
+	if rec := do(s, "POST", "/api/dead-letters/purge", "Bearer s3cret", `{"ids":["3"]}`); rec.Code != http.StatusOK ||
+		!strings.Contains(rec.Body.String(), `"purged":1`) {
+		t.Errorf("purge with the token: %d %s", rec.Code, rec.Body)
 	}
 	if rec := do(s, "POST", "/api/dead-letters/replay", "Bearer s3cret", `{}`); rec.Code != http.StatusBadRequest {
 		t.Errorf("replay of no ids: %d", rec.Code)

@@ -9,6 +9,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/admin"
 	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
 // consoleAPI is what the admin server's console and JSON API use: the
@@ -133,4 +135,28 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 			}
 		}
 	}
+}
+
+func (c consoleAPI) Purge(ctx context.Context, ids []string, actor string) (int, error) {
+	total := 0
+	for _, db := range slices.Sorted(mapsKeys(c.a.cfg.Databases)) {
+		n, err := c.a.PurgeDead(ctx, db, ids, actor)
+		total += n
+		if err != nil {
+			return total, err
+		}
+	}
+	if total == 0 {
+		return 0, unknownIDs(strings.Join(ids, ", "))
+	}
+	return total, nil
+}
+
+// PurgeDead deletes the dead letters of database db with these ids (not
+// replayed), audited under actor, and returns how many.
+func (a *App) PurgeDead(ctx context.Context, db string, ids []string, actor string) (int, error) {
+	if m, ok := a.mysqlDBs[db]; ok {
+		return mysql.PurgeDead(ctx, m, a.cfg.RelaySchema, ids, actor)
+	}
+	return postgres.PurgeDead(ctx, a.pools[db], a.cfg.RelaySchema, ids, actor)
 }

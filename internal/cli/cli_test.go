@@ -412,6 +412,14 @@ VALUES (gen_random_uuid(), 'journey', 'journey.created', '{"small": true}', gen_
 		t.Errorf("%d audit rows, want 1", n)
 	}
 
+	// purge needs ids, and leaves a replayed dead letter alone.
+	if _, err := cliErr(t, "--config", cfg, "dlq", "purge"); !strings.Contains(err.Error(), "--id") {
+		t.Errorf("dlq purge without --id: %v", err)
+	}
+	if out := cliOK(t, "--config", cfg, "dlq", "purge", "--id", dlID); !strings.Contains(out, "purged 0 dead letter(s)") {
+		t.Errorf("dlq purge of a replayed dead letter printed %q", out)
+	}
+
 	// Replayed dead letters leave the default list, and stay in --replayed.
 	if out := cliOK(t, "--config", cfg, "dlq", "list"); strings.Contains(out, dlID) {
 		t.Errorf("dlq list still shows the replayed dead letter:\n%s", out)

@@ -87,7 +87,24 @@ func newDLQ(g *globals) *cobra.Command {
 	list.Flags().BoolVar(&f.replayed, "replayed", false, "include dead letters already replayed")
 	bind(replay)
 	replay.Flags().BoolVar(&f.all, "all", false, "replay every dead letter that matches (with no other filter: all of them)")
-	cmd.AddCommand(list, replay)
+	purge := &cobra.Command{Use: "purge", Short: "Delete dead letters' records for good (audited); their rows stay as they are", RunE: func(cmd *cobra.Command, _ []string) error {
+		if len(f.ids) == 0 {
+			return errors.New("say which dead letters to purge: --id (see dlq list)")
+		}
+		a, db, cleanup, err := openForDLQ(cmd, g, f)
+		if err != nil {
+			return err
+		}
+		defer cleanup()
+		n, err := a.PurgeDead(cmd.Context(), db, f.ids, actor())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(g.stdout, "purged %d dead letter(s)\n", n)
+		return nil
+	}}
+	bind(purge)
+	cmd.AddCommand(list, replay, purge)
 	return cmd
 }
 

@@ -138,6 +138,35 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}') RETURNING id
 	if err := pool.QueryRow(ctx, "SELECT actor FROM outbox_relay.failed_event_audit WHERE failed_event_id = $1", dead[0].ID).Scan(&actor); err != nil || actor != "console:alice" {
 		t.Errorf("audit actor %q (%v), want console:alice", actor, err)
 	}
+	// A purge deletes a dead letter's record, audited; the row stays dead.
+	refuse = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.InvalidRecord, Count: -1})
+	var second string
+	if err := pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload)
+VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}') RETURNING id::text`).Scan(&second); err != nil {
+		t.Fatal(err)
+	}
+	var deadID string
+	waitFor(t, 20*time.Second, "the second dead letter", func() (bool, string) {
+		err := pool.QueryRow(ctx, "SELECT id::text FROM outbox_relay.failed_events WHERE original_event_id = $1", second).Scan(&deadID)
+		return err == nil, fmt.Sprint(err)
+	})
+	req, _ := http.NewRequest("POST", base+"/api/dead-letters/purge", strings.NewReader(`{"ids":["`+deadID+`"]}`))
+	req.Header.Set("Authorization", "Bearer s3cret")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	var left int
+	_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events WHERE id = $1", deadID).Scan(&left)
+	if err := pool.QueryRow(ctx, "SELECT actor FROM outbox_relay.failed_event_audit WHERE failed_event_id = $1 AND action = 'purge'", deadID).Scan(&actor); resp.StatusCode != 200 || left != 0 || err != nil {
+		t.Errorf("purge: status %d, %d records left, audit %q (%v)", resp.StatusCode, left, actor, err)
+	}
+	var status string
+	_ = pool.QueryRow(ctx, "SELECT status FROM outbox WHERE id = $1", second).Scan(&status)
+	if status != "failed" {
+		t.Errorf("the purged dead letter's row is %q, want it left failed", status)
+	}
 	if code, body := httpGet(t, base+"/"); code != 200 || !strings.Contains(body, "Dead letters") {
 		t.Errorf("GET / (the console): %d", code)
 	}

@@ -70,21 +70,28 @@ async function deadLetters() {
     const b = document.createElement("button");
     b.textContent = "Replay";
     b.className = "replay";
-    b.addEventListener("click", () => replay(d));
-    tr.insertCell().append(b);
+    b.addEventListener("click", () => change(d, "replay"));
+    const p = document.createElement("button");
+    p.textContent = "Purge";
+    p.className = "purge";
+    p.addEventListener("click", () => change(d, "purge"));
+    tr.insertCell().append(b, " ", p);
   }
 }
 
-async function replay(d) {
-  if (!confirm("Replay event " + d.original_event_id + " of " + d.source + "? It goes back to its table's pending set.")) return;
-  const r = await fetch("/api/dead-letters/replay", {
+async function change(d, what) {
+  const ask = what === "replay"
+    ? "Replay event " + d.original_event_id + " of " + d.source + "? It goes back to its table's pending set."
+    : "Purge the dead letter of event " + d.original_event_id + " of " + d.source + "? Its record is deleted (the purge is audited).";
+  if (!confirm(ask)) return;
+  const r = await fetch("/api/dead-letters/" + what, {
     method: "POST",
     headers: { "Content-Type": "application/json", "Authorization": "Bearer " + token.value },
     body: JSON.stringify({ ids: [d.id] }),
   });
   const out = await r.json();
   if (!r.ok) { msg(out.error, true); return; }
-  msg("replayed " + out.replayed + " dead letter(s)");
+  msg(what === "replay" ? "replayed " + out.replayed + " dead letter(s)" : "purged " + out.purged + " dead letter(s)");
   await refresh();
 }
 

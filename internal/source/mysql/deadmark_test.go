@@ -57,3 +57,40 @@ func TestTimestampTableTellsDeadFromDelivered(t *testing.T) {
 		})
 	}
 }
+
+// TestPurgeDead: a purge deletes a dead letter's record, audited, and
+// leaves the row as it is; an unknown id purges nothing.
+func TestPurgeDead(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	e.exec(t, journeys)
+	insertJourneys(t, e, 0, []string{"a1"})
+	st, _ := e.store(t, e.db, "jm", "outbox", "published-flag", config.Layout{}, true)
+	b, err := st.Claim(ctx, 10)
+	if err != nil || b == nil {
+		t.Fatalf("claim: %v %v", b, err)
+	}
+	if err := b.Complete(ctx, source.Outcome{Dead: []source.Dead{{Index: 0, Attempts: 1, Reason: "refused", PayloadIsJSON: true}}}); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := mysql.ListFailed(ctx, e.db, e.relayDB, source.DLQFilter{})
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("dead letters: %v %v", evs, err)
+	}
+	if n, err := mysql.PurgeDead(ctx, e.db, e.relayDB, []string{"999999"}, "test"); err != nil || n != 0 {
+		t.Fatalf("purge of an unknown id: %d %v", n, err)
+	}
+	if n, err := mysql.PurgeDead(ctx, e.db, e.relayDB, []string{evs[0].ID}, "test"); err != nil || n != 1 {
+		t.Fatalf("purge: %d %v", n, err)
+	}
+	if n := queryInt(t, e.db, "SELECT COUNT(*) FROM "+e.relayDB+".failed_events"); n != 0 {
+		t.Errorf("%d dead letters left after the purge", n)
+	}
+	if n := queryInt(t, e.db, "SELECT COUNT(*) FROM "+e.relayDB+".failed_event_audit WHERE action = 'purge' AND actor = 'test'"); n != 1 {
+		t.Errorf("%d purge audit rows, want 1", n)
+	}
+	if n := queryInt(t, e.db, "SELECT COUNT(*) FROM outbox WHERE published"); n != 1 {
+		t.Error("the purged dead letter's row changed")
+	}
+}

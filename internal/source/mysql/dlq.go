@@ -202,3 +202,41 @@ func isPrivilegeError(err error) bool {
 	}
 	return false
 }
+
+// PurgeDead deletes the dead letters with ids that were not replayed, each with
+// an audit row naming actor and the event; the rows in the application's
+// table stay as they are. It returns how many it deleted.
+func PurgeDead(ctx context.Context, db *sql.DB, relayDB string, ids []string, actor string) (int, error) {
+	if relayDB == "" {
+		relayDB = DefaultRelayDatabase
+	}
+	rs := QuoteIdent(relayDB)
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("purge dead letters: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	n := 0
+	for _, id := range ids {
+		var event, src string
+		err := tx.QueryRowContext(ctx, "SELECT original_event_id, source FROM "+rs+".failed_events WHERE id = ? AND replayed_at IS NULL FOR UPDATE", id).Scan(&event, &src)
+		if errors.Is(err, sql.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("purge dead letters: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, "DELETE FROM "+rs+".failed_events WHERE id = ?", id); err != nil {
+			return 0, fmt.Errorf("purge dead letters: %w", err)
+		}
+		if _, err := tx.ExecContext(ctx, "INSERT INTO "+rs+".failed_event_audit (failed_event_id, action, actor, detail, at) VALUES (?, 'purge', ?, ?, "+now+")",
+			id, actor, "event "+event+" of source "+src+" deleted from the dead letters"); err != nil {
+			return 0, fmt.Errorf("purge dead letters: audit: %w", err)
+		}
+		n++
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("purge dead letters: %w", err)
+	}
+	return n, nil
+}

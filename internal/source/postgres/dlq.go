@@ -138,3 +138,18 @@ func (s *Store) Replay(ctx context.Context, events []FailedEvent, actor string) 
 	}
 	return n, nil
 }
+
+// PurgeDead deletes the dead letters with ids that were not replayed, each with
+// an audit row naming actor and the event; the rows in the application's
+// table stay as they are. It returns how many it deleted.
+func PurgeDead(ctx context.Context, pool *pgxpool.Pool, relaySchema string, ids []string, actor string) (int, error) {
+	rs := QuoteIdent(relaySchema)
+	tag, err := pool.Exec(ctx, `WITH d AS (DELETE FROM `+rs+`.failed_events WHERE id::text = ANY($1::text[]) AND replayed_at IS NULL
+  RETURNING id, source, original_event_id)
+INSERT INTO `+rs+`.failed_event_audit (failed_event_id, action, actor, detail)
+SELECT id, 'purge', $2, 'event ' || original_event_id || ' of source ' || source || ' deleted from the dead letters' FROM d`, ids, actor)
+	if err != nil {
+		return 0, fmt.Errorf("purge dead letters: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
