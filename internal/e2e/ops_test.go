@@ -344,3 +344,21 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'late', '{}')`)
 		return code == 200, body
 	})
 }
+
+// TestPendingFollowsEachBatch: the pending gauge shrinks with every batch
+// committed, not only at the periodic count (an hour here).
+func TestPendingFollowsEachBatch(t *testing.T) {
+	t.Parallel()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload)
+SELECT 'Order', gen_random_uuid(), 'order.placed', 'orders', '{}' FROM generate_series(1, 300)`)
+	c := kafkaCluster(t, kfake.SeedTopics(1, "orders"))
+	col := collect(t, c.ListenAddrs(), "orders")
+	a, _ := runApp(t, baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "shop", Table: "public.outbox", Preset: "status", BatchSize: 50}),
+		app.WithStatsInterval(time.Hour))
+	col.waitDistinct(t, 300, 30*time.Second)
+	waitFor(t, 10*time.Second, "the pending gauge at zero", func() (bool, string) {
+		v := gathered(t, a, "outbox_relay_pending_events", "source", "shop")
+		return v == 0, fmt.Sprint(v, " pending")
+	})
+}

@@ -74,6 +74,12 @@ func (w *Worker) account(f *inflight) {
 		}
 	}
 	w.statsMu.Lock()
+	// Between the stats' exact counts, the backlog shrinks by what each
+	// batch takes out of the pending set.
+	w.pending = max(w.pending-int64(len(o.Published)+len(o.Dead)), 0)
+	if m := w.o.Metrics; m != nil {
+		m.PendingEvents.Set(float64(w.pending))
+	}
 	w.stats.Published += int64(len(o.Published))
 	w.delivered += int64(len(o.Published))
 	w.stats.Retried += int64(len(o.Retry))
@@ -85,6 +91,7 @@ func (w *Worker) account(f *inflight) {
 }
 
 func (w *Worker) statsLoop(ctx context.Context) {
+	w.flushStats(ctx) // the backlog's gauges from the start
 	t := time.NewTicker(w.o.StatsInterval)
 	defer t.Stop()
 	for {
@@ -120,6 +127,9 @@ func (w *Worker) flushStats(ctx context.Context) {
 		return
 	}
 	w.setOldest(g.Backlog.OldestAge)
+	w.statsMu.Lock()
+	w.pending = g.Backlog.Pending
+	w.statsMu.Unlock()
 	if m := w.o.Metrics; m != nil {
 		m.PendingEvents.Set(float64(g.Backlog.Pending))
 		m.FailedEvents.Set(float64(g.DeadLetters))

@@ -69,6 +69,7 @@ type Worker struct {
 	statsMu   sync.Mutex
 	stats     source.Stats // not yet recorded
 	delivered int64        // events delivered since the start
+	pending   int64        // the backlog: the stats' count, less what batches took since
 	samples   []deliveredAt
 	lastErr   atomic.Pointer[error]
 	lastPoll  atomic.Int64 // unix nanos of the latest successful claim query
