@@ -76,6 +76,7 @@ func (w *Worker) account(f *inflight) {
 	w.statsMu.Lock()
 	// Between the stats' exact counts, the backlog shrinks by what each
 	// batch takes out of the pending set.
+	w.taken += int64(len(o.Published) + len(o.Dead))
 	w.pending = max(w.pending-int64(len(o.Published)+len(o.Dead)), 0)
 	if m := w.o.Metrics; m != nil {
 		m.PendingEvents.Set(float64(w.pending))
@@ -112,6 +113,7 @@ func (w *Worker) flushStats(ctx context.Context) {
 	st := w.stats
 	w.stats = source.Stats{}
 	st.Live = w.live(time.Now())
+	takenBefore := w.taken
 	w.statsMu.Unlock()
 	g, err := w.o.Store.RecordStats(ctx, st)
 	if err != nil {
@@ -128,10 +130,13 @@ func (w *Worker) flushStats(ctx context.Context) {
 	}
 	w.setOldest(g.Backlog.OldestAge)
 	w.statsMu.Lock()
-	w.pending = g.Backlog.Pending
+	// Batches committed while the count ran may be in it, or not: take
+	// them off, so that the gauge errs low only until the next count.
+	w.pending = max(g.Backlog.Pending-(w.taken-takenBefore), 0)
+	pending := w.pending
 	w.statsMu.Unlock()
 	if m := w.o.Metrics; m != nil {
-		m.PendingEvents.Set(float64(g.Backlog.Pending))
+		m.PendingEvents.Set(float64(pending))
 		m.FailedEvents.Set(float64(g.DeadLetters))
 	}
 }

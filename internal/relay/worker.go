@@ -70,6 +70,7 @@ type Worker struct {
 	stats     source.Stats // not yet recorded
 	delivered int64        // events delivered since the start
 	pending   int64        // the backlog: the stats' count, less what batches took since
+	taken     int64        // events batches took out of the pending set, since the start
 	samples   []deliveredAt
 	lastErr   atomic.Pointer[error]
 	lastPoll  atomic.Int64 // unix nanos of the latest successful claim query
