@@ -204,3 +204,34 @@ ON CONFLICT (outbox_id, attempt_no) WHERE state IN ('DISPATCHED', 'RETRYABLE', '
 	}
 	return nil
 }
+
+// Reap puts back the rows whose attempt has been DISPATCHING for longer
+// than timeout with no outcome (the dispatcher died), same outbox_id and
+// sequence_id, due now, and records a ZOMBIE_REQUEUE outcome for each. It
+// is safe to run concurrently and again: an attempt gets one outcome, and a
+// row is put back only by the reaper that recorded it. It returns how many
+// rows it put back.
+func (s *Store) Reap(ctx context.Context, timeout time.Duration) (int, error) {
+	pending, attempts := s.t("payment_outbox_pending"), s.t("payment_outbox_attempts")
+	tag, err := s.pool.Exec(ctx, `WITH z AS (
+  SELECT a.* FROM `+attempts+` a
+  WHERE a.state = 'DISPATCHING' AND a.claimed_at < now() - make_interval(secs => $1)
+    AND NOT EXISTS (SELECT 1 FROM `+attempts+` o WHERE o.outbox_id = a.outbox_id AND o.attempt_no = a.attempt_no
+      AND o.state <> 'DISPATCHING')
+), rec AS (
+  INSERT INTO `+attempts+` (outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload,
+    attempt_no, state, claimed_at, completed_at, error_code, error_message)
+  SELECT outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload, attempt_no,
+    'ZOMBIE_REQUEUE', claimed_at, now(), 'ZOMBIE_REQUEUE', 'no outcome within the zombie timeout' FROM z
+  ON CONFLICT (outbox_id, attempt_no) WHERE state IN ('DISPATCHED', 'RETRYABLE', 'FAILED', 'ZOMBIE_REQUEUE') DO NOTHING
+  RETURNING outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload, attempt_no
+)
+INSERT INTO `+pending+` (outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload,
+  attempt_count, next_attempt_at)
+SELECT outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload, attempt_no, now() FROM rec
+ON CONFLICT (outbox_id) DO NOTHING`, timeout.Seconds())
+	if err != nil {
+		return 0, fmt.Errorf("reap zombie dispatches: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

@@ -259,3 +259,46 @@ WHERE participant_id = 'pa' AND sequence_id = 1 AND attempt_no = 2`).Scan(&secon
 		t.Fatalf("claimed %v past pa's missing 2", got)
 	}
 }
+
+// TestReaperRequeuesZombies: a dispatch left DISPATCHING past the timeout
+// (its dispatcher died) is put back once, with a ZOMBIE_REQUEUE outcome,
+// however many reapers run at once; then it is claimed again.
+func TestReaperRequeuesZombies(t *testing.T) {
+	t.Parallel()
+	pool, st := newQueue(t)
+	ctx := context.Background()
+	id, seq := enqueue(t, pool, "ins-1", "p1", "k1")
+	enqueue(t, pool, "ins-2", "p1", "k2") // held behind the zombie
+	if ds, err := st.Claim(ctx, 10); err != nil || len(ds) != 1 {
+		t.Fatalf("claim: %+v %v", ds, err)
+	}
+	if n, err := st.Reap(ctx, 2*time.Minute); err != nil || n != 0 {
+		t.Fatalf("reap of a fresh dispatch: %d %v", n, err)
+	}
+	pgtest.Exec(t, pool, "UPDATE payments.payment_outbox_attempts SET claimed_at = now() - interval '10 minutes'")
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	total := 0
+	for range 5 {
+		wg.Go(func() {
+			n, err := st.Reap(ctx, 2*time.Minute)
+			if err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			total += n
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	if total != 1 {
+		t.Fatalf("five reapers put back %d rows, want 1", total)
+	}
+	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_attempts WHERE outbox_id = $1 AND state = 'ZOMBIE_REQUEUE'", id); n != 1 {
+		t.Errorf("%d ZOMBIE_REQUEUE outcomes, want 1", n)
+	}
+	ds, err := st.Claim(ctx, 10)
+	if err != nil || len(ds) != 1 || ds[0].OutboxID != id || ds[0].SequenceID != seq || ds[0].AttemptNo != 2 {
+		t.Fatalf("after the reap claimed %+v (%v), want the same row again as attempt 2", ds, err)
+	}
+}
