@@ -77,9 +77,22 @@ func (c consoleAPI) DeadLetters(ctx context.Context, f admin.DeadFilter) (any, e
 }
 
 func (c consoleAPI) Replay(ctx context.Context, ids []string, actor string) (int, error) {
+	return c.eachDatabase(ids, func(db string) (int, error) {
+		return c.a.ReplayDead(ctx, db, source.DLQFilter{IDs: ids}, actor)
+	})
+}
+
+func (c consoleAPI) Purge(ctx context.Context, ids []string, actor string) (int, error) {
+	return c.eachDatabase(ids, func(db string) (int, error) { return c.a.PurgeDead(ctx, db, ids, actor) })
+}
+
+// eachDatabase changes the dead letters with ids in every database (an id
+// names a dead letter in one of them) and returns how many it changed; none
+// is unknownIDs.
+func (c consoleAPI) eachDatabase(ids []string, change func(db string) (int, error)) (int, error) {
 	total := 0
 	for _, db := range slices.Sorted(mapsKeys(c.a.cfg.Databases)) {
-		n, err := c.a.ReplayDead(ctx, db, source.DLQFilter{IDs: ids}, actor)
+		n, err := change(db)
 		total += n
 		if err != nil {
 			return total, err
@@ -135,21 +148,6 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 			}
 		}
 	}
-}
-
-func (c consoleAPI) Purge(ctx context.Context, ids []string, actor string) (int, error) {
-	total := 0
-	for _, db := range slices.Sorted(mapsKeys(c.a.cfg.Databases)) {
-		n, err := c.a.PurgeDead(ctx, db, ids, actor)
-		total += n
-		if err != nil {
-			return total, err
-		}
-	}
-	if total == 0 {
-		return 0, unknownIDs(strings.Join(ids, ", "))
-	}
-	return total, nil
 }
 
 // PurgeDead deletes the dead letters of database db with these ids (not

@@ -219,7 +219,7 @@ func PurgeDead(ctx context.Context, db *sql.DB, relayDB string, ids []string, ac
 	n := 0
 	for _, id := range ids {
 		var event, src string
-		err := tx.QueryRowContext(ctx, "SELECT original_event_id, source FROM "+rs+".failed_events WHERE id = ? AND replayed_at IS NULL FOR UPDATE", id).Scan(&event, &src)
+		err := tx.QueryRowContext(ctx, "SELECT original_event_id, source FROM "+rs+".failed_events WHERE CAST(id AS CHAR) = ? AND replayed_at IS NULL FOR UPDATE", id).Scan(&event, &src)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
