@@ -63,6 +63,29 @@ FROM generate_series($2::int, $2::int + $5::int - 1) i ORDER BY i RETURNING id::
 	}
 }
 
+// asDrainProgresses calls fault(i) n times while rows drain, each once
+// published() has passed i/(n+1) of rows.
+func asDrainProgresses(t *testing.T, rows, n int, published func() int, what string, fault func(i int)) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		target := rows * i / (n + 1)
+		waitFor(t, 60*time.Second, fmt.Sprintf("rows flowing before %s %d", what, i), func() (bool, string) {
+			got := published()
+			return got >= target, fmt.Sprintf("%d of %d published", got, target)
+		})
+		fault(i)
+	}
+}
+
+// countPublished counts chaosTable's published rows.
+func countPublished(pool *pgxpool.Pool) func() int {
+	return func() int {
+		var n int
+		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE published").Scan(&n)
+		return n
+	}
+}
+
 // settle waits until no row is pending and every committed event has been
 // delivered, then feeds the deliveries to the ledger and checks it.
 func settle(t *testing.T, pool *pgxpool.Pool, l *eventledger.Ledger, col *collector, committed int, timeout time.Duration) eventledger.Report {
@@ -161,17 +184,8 @@ func TestChaosBrokerRestart(t *testing.T) {
 	s.Timeout, s.DeliveryTimeout = config.Duration(3*time.Second), config.Duration(2*time.Second)
 	cfg.Sinks["kafka"] = s
 	a, _ := runApp(t, cfg)
-	published := func() int {
-		var n int
-		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE published").Scan(&n)
-		return n
-	}
-	for i := 1; i <= restarts; i++ {
-		target := rows * i / (restarts + 1)
-		waitFor(t, 60*time.Second, fmt.Sprintf("rows flowing before restart %d", i), func() (bool, string) {
-			n := published()
-			return n >= target, fmt.Sprintf("%d of %d published", n, target)
-		})
+	published := countPublished(pool)
+	asDrainProgresses(t, rows, restarts, published, "restart", func(i int) {
 		c.Close()
 		before := published()
 		// Down long enough for records to time out: the relay must see
@@ -183,7 +197,7 @@ func TestChaosBrokerRestart(t *testing.T) {
 		})
 		c = start()
 		t.Logf("restart %d: broker closed and started again with %d rows published", i, before)
-	}
+	})
 	defer c.Close()
 	// Read everything back from the restarted broker: what it kept.
 	col := collect(t, brokers, "orders")
@@ -217,19 +231,7 @@ func TestChaosDatabaseCut(t *testing.T) {
 	cfg := baseConfig(strings.Replace(dsn, "@"+host+"/", "@"+proxy.Addr()+"/", 1), c.ListenAddrs(), chaosSource(50, 3))
 	cfg.LeaseTTL = config.Duration(2 * time.Second)
 	runRelay(t, cfg)
-	published := func() int {
-		var n int
-		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE published").Scan(&n)
-		return n
-	}
-	for i := 1; i <= cuts; i++ {
-		target := rows * i / (cuts + 1)
-		waitFor(t, 60*time.Second, fmt.Sprintf("rows flowing before cut %d", i), func() (bool, string) {
-			n := published()
-			return n >= target, fmt.Sprintf("%d of %d published", n, target)
-		})
-		proxy.Cut(200 * time.Millisecond)
-	}
+	asDrainProgresses(t, rows, cuts, countPublished(pool), "cut", func(int) { proxy.Cut(200 * time.Millisecond) })
 	rep := settle(t, pool, l, col, rows, 90*time.Second)
 	t.Logf("%d rows, %d connection cuts: %s", rows, cuts, rep)
 	if !rep.OK() {

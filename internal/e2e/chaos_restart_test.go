@@ -122,20 +122,11 @@ func TestChaosPostgresRestart(t *testing.T) {
 	col := collect(t, c.ListenAddrs(), "orders")
 	cfg := baseConfig(pg.dsn(), c.ListenAddrs(), chaosSource(50, 2))
 	runRelay(t, cfg)
-	published := func() int {
-		var n int
-		_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published").Scan(&n)
-		return n
-	}
-	for i, mode := range []string{"fast", "immediate"} {
-		target := rows * (i + 1) / 3
-		waitFor(t, 60*time.Second, fmt.Sprintf("rows flowing before the %s restart", mode), func() (bool, string) {
-			n := published()
-			return n >= target, fmt.Sprintf("%d of %d published", n, target)
-		})
-		pg.ctl("restart", "-m", mode)
-		t.Logf("PostgreSQL restarted (%s shutdown) once %d of %d rows were published", mode, target, rows)
-	}
+	modes := []string{"fast", "immediate"}
+	asDrainProgresses(t, rows, len(modes), countPublished(pool), "restart", func(i int) {
+		pg.ctl("restart", "-m", modes[i-1])
+		t.Logf("PostgreSQL restarted (%s shutdown) once %d of %d rows were published", modes[i-1], rows*i/3, rows)
+	})
 	rep := settle(t, pool, l, col, rows, 120*time.Second)
 	t.Logf("%d rows, a fast restart and a crash of PostgreSQL: %s", rows, rep)
 	if !rep.OK() {
@@ -185,14 +176,7 @@ func TestChaosMariaDBCut(t *testing.T) {
 		_ = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM kafka_outbox WHERE push_completed_at IS NOT NULL").Scan(&n)
 		return n
 	}
-	for i := 1; i <= cuts; i++ {
-		target := rows * i / (cuts + 1)
-		waitFor(t, 60*time.Second, fmt.Sprintf("rows flowing before cut %d", i), func() (bool, string) {
-			n := published()
-			return n >= target, fmt.Sprintf("%d of %d published", n, target)
-		})
-		proxy.Cut(200 * time.Millisecond)
-	}
+	asDrainProgresses(t, rows, cuts, published, "cut", func(int) { proxy.Cut(200 * time.Millisecond) })
 	waitFor(t, 90*time.Second, "every row delivered and marked", func() (bool, string) {
 		n := published()
 		got := len(distinct(col.records()))
