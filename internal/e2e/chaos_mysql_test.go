@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -127,29 +126,7 @@ sources:
 	}
 	procs := []*relayProcess{startRelay(t, bin, cfg), startRelay(t, bin, cfg)}
 	for f := range freezes {
-		flowing(fmt.Sprintf("events flowing before freeze %d", f+1), 200)
-		pid, term := holder()
-		var frozen *relayProcess
-		for _, pr := range procs {
-			if !pr.exited() && pr.cmd.Process.Pid == pid {
-				frozen = pr
-			}
-		}
-		if frozen == nil {
-			t.Fatalf("freeze %d: the holder (pid %d) is none of the running relays", f+1, pid)
-		}
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 30*time.Second, "another replica to take the source over", func() (bool, string) {
-			p, tm := holder()
-			return p != 0 && p != pid && tm > term, fmt.Sprintf("holder %d term %d", p, tm)
-		})
-		flowing(fmt.Sprintf("events flowing under the new holder %d", f+1), 200)
-		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("freeze %d: holder %d frozen past its lease (term %d), taken over, resumed", f+1, pid, term)
+		freezeHolder(t, f+1, procs, holder, flowing)
 		procs = append(procs, startRelay(t, bin, cfg))
 	}
 	flowing("events flowing after the last freeze", 200)

@@ -225,29 +225,7 @@ func TestChaosFrozenHolder(t *testing.T) {
 	p := newProcChaos(t, "1s", 50)
 	procs := []*relayProcess{p.start(), p.start()}
 	for f := range freezes {
-		p.flowing(fmt.Sprintf("events flowing before freeze %d", f+1), 200)
-		pid, term := p.holderPID()
-		var frozen *relayProcess
-		for _, pr := range procs {
-			if !pr.exited() && pr.cmd.Process.Pid == pid {
-				frozen = pr
-			}
-		}
-		if frozen == nil {
-			t.Fatalf("freeze %d: the holder (pid %d) is none of the running relays", f+1, pid)
-		}
-		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, 30*time.Second, "another replica to take the source over", func() (bool, string) {
-			newPID, newTerm := p.holderPID()
-			return newPID != 0 && newPID != pid && newTerm > term, fmt.Sprintf("holder %d term %d", newPID, newTerm)
-		})
-		p.flowing(fmt.Sprintf("events flowing under the new holder %d", f+1), 200)
-		if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("freeze %d: holder %d frozen past its lease (term %d), taken over, resumed", f+1, pid, term)
+		frozen := freezeHolder(t, f+1, procs, p.holderPID, p.flowing)
 		// The resumed process finds its lease lost; a replacement keeps
 		// two relays running.
 		waitFor(t, 30*time.Second, "the resumed holder to notice its lease is lost", func() (bool, string) {
@@ -261,6 +239,38 @@ func TestChaosFrozenHolder(t *testing.T) {
 	if !rep.OK() {
 		t.Error(rep)
 	}
+}
+
+// freezeHolder freezes (SIGSTOP) the process of procs that holds the
+// lease (holder gives its pid and term), once events flow; waits until
+// another process has taken the lease over and events flow under it;
+// resumes it (SIGCONT) and returns it.
+func freezeHolder(t *testing.T, n int, procs []*relayProcess, holder func() (int, int64), flowing func(string, int)) *relayProcess {
+	t.Helper()
+	flowing(fmt.Sprintf("events flowing before freeze %d", n), 200)
+	pid, term := holder()
+	var frozen *relayProcess
+	for _, pr := range procs {
+		if !pr.exited() && pr.cmd.Process.Pid == pid {
+			frozen = pr
+		}
+	}
+	if frozen == nil {
+		t.Fatalf("freeze %d: the holder (pid %d) is none of the running relays", n, pid)
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "another replica to take the source over", func() (bool, string) {
+		newPID, newTerm := holder()
+		return newPID != 0 && newPID != pid && newTerm > term, fmt.Sprintf("holder %d term %d", newPID, newTerm)
+	})
+	flowing(fmt.Sprintf("events flowing under the new holder %d", n), 200)
+	if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("freeze %d: holder %d frozen past its lease (term %d), taken over, resumed", n, pid, term)
+	return frozen
 }
 
 // TestChaosReplicas guards one holder per source with many replicas and
