@@ -11,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/admin"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/payloadschema"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
@@ -150,6 +151,13 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 	routes := slices.Clone(s.Routes)
 	for j := range routes {
 		routes[j].SinkName = cs.Routes[j].Sink
+		if f := cs.Routes[j].Schema; f != "" {
+			sch, err := payloadschema.Load(f)
+			if err != nil {
+				return nil, fmt.Errorf("sources[%d].routes[%d].schema: %w", s.Index, j, err)
+			}
+			routes[j].Schema = sch
+		}
 		if routes[j].Sink, err = a.sink(cs.Routes[j].Sink); err != nil {
 			return nil, fmt.Errorf("sources[%d].routes[%d].sink: %w", s.Index, j, err)
 		}
@@ -169,8 +177,17 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 			a.log.Info("no wake-up trigger; polling only", "source", s.Name, "reason", err)
 		}
 	}
+	var schema relay.Validator
+	if cs.Schema != "" {
+		sch, err := payloadschema.Load(cs.Schema)
+		if err != nil {
+			return nil, fmt.Errorf("sources[%d].schema: %w", s.Index, err)
+		}
+		schema = sch
+	}
 	opts := relay.Options{
-		Name: s.Name, Owner: a.owner, Store: s.Store, Sink: snk, SinkName: cs.Sink, Topic: s.Layout.Topic.String(), Headers: headerExtras(s.Layout), Routes: routes,
+		Schema: schema,
+		Name:   s.Name, Owner: a.owner, Store: s.Store, Sink: snk, SinkName: cs.Sink, Topic: s.Layout.Topic.String(), Headers: headerExtras(s.Layout), Routes: routes,
 		BatchSize: cs.BatchSize, Pipeline: cs.Pipeline, Ordering: cs.Ordering == nil || *cs.Ordering,
 		MaxAttempts: cs.MaxAttempts, Backoff: relay.Backoff{Initial: cs.Backoff.Initial.D(), Max: cs.Backoff.Max.D()},
 		PollMin: cs.Poll.Min.D(), PollMax: cs.Poll.Max.D(), ValidateJSON: s.Layout.PayloadJSON,

@@ -132,6 +132,10 @@ type Source struct {
 	Sink   string `yaml:"sink"` // key of Sinks; default: the only one
 	// Topic, when set, replaces the layout's topic template.
 	Topic string `yaml:"topic"`
+	// Schema names a JSON Schema file (a path from the working directory)
+	// that payloads sent to Sink must meet; a payload it refuses is
+	// dead-lettered with the schema's reason, never sent.
+	Schema string `yaml:"schema"`
 	// Routes send some events elsewhere: the first route whose conditions
 	// a row meets decides its sink (and topic); rows that meet none go to
 	// Sink and Topic.
@@ -190,6 +194,8 @@ type Route struct {
 	// Topic, when set, replaces the topic template for this route's events
 	// (a URL path for webhooks, a channel for Ably, a subject for NATS).
 	Topic string `yaml:"topic"`
+	// Schema names a JSON Schema file that the route's payloads must meet.
+	Schema string `yaml:"schema"`
 }
 
 // Discover finds outbox tables by schema pattern (seed 000).

@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -275,5 +277,52 @@ VALUES (gen_random_uuid(), 'journey', 'journey.created', '{}', clock_timestamp()
 	}
 	if v, _ := header(got[withoutID], "origin"); v != "journeys/journey" {
 		t.Errorf("origin header %q", v)
+	}
+}
+
+// TestPayloadSchema: a source's JSON Schema (seed 003's payment checks) is
+// applied before sending: a payload it refuses is dead-lettered with the
+// schema's reason and never sent; the others go.
+func TestPayloadSchema(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
+	schema := filepath.Join(t.TempDir(), "payment.json")
+	if err := os.WriteFile(schema, []byte(`{"type": "object", "required": ["amount", "currency"],
+  "properties": {"amount": {"type": "number", "exclusiveMinimum": 0}, "currency": {"type": "string", "pattern": "^[A-Z]{3}$"}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for name, payload := range map[string]string{
+		"good": `{"amount": 12.5, "currency": "EUR"}`, "zero": `{"amount": 0, "currency": "EUR"}`, "currency": `{"amount": 3, "currency": "euro"}`,
+	} {
+		var id string
+		if err := pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload)
+VALUES ('Payment', gen_random_uuid(), 'payment.requested', 'payments', $1) RETURNING id::text`, payload).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = id
+	}
+	c := kafkaCluster(t, kfake.SeedTopics(1, "payments"))
+	col := collect(t, c.ListenAddrs(), "payments")
+	runRelay(t, baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "pay", Table: "public.outbox", Preset: "status", Schema: schema}))
+	waitFor(t, 20*time.Second, "two dead letters", func() (bool, string) {
+		var n int
+		_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events").Scan(&n)
+		return n == 2, fmt.Sprint(n)
+	})
+	col.waitDistinct(t, 1, 10*time.Second)
+	if got := distinct(col.records()); got[ids["good"]] == nil || len(got) != 1 {
+		t.Errorf("delivered %d events, want only the good one", len(got))
+	}
+	for _, name := range []string{"zero", "currency"} {
+		var reason string
+		if err := pool.QueryRow(ctx, "SELECT failure_reason FROM outbox_relay.failed_events WHERE original_event_id = $1", ids[name]).Scan(&reason); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(reason, "payload refused by schema") || !strings.Contains(reason, "/"+map[string]string{"zero": "amount", "currency": "currency"}[name]) {
+			t.Errorf("%s: reason %q", name, reason)
+		}
 	}
 }

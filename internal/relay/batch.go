@@ -69,7 +69,7 @@ func (w *Worker) publish(ctx context.Context, f *inflight) {
 			a.keys[i] = f.rows[i].OrderKey
 		}
 		tg := &w.targets[f.tgt[i]]
-		m, err := buildMessage(&f.rows[i], w.o.Name, tg.topic, w.o.ValidateJSON, tg.maxBytes, w.o.Headers)
+		m, err := buildMessage(&f.rows[i], w.o.Name, w.o.ValidateJSON, tg, w.o.Headers)
 		if err != nil {
 			a.errs[i], a.results[i] = err, order.Invalid
 			continue

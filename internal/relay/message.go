@@ -40,16 +40,27 @@ func missingTopic(template string) error {
 		strings.Join(t.Columns(), ", "))
 }
 
-// buildMessage turns a claimed row into a message, or returns a terminal
-// error saying why the row can never be published. topic is the topic
-// template the row was rendered with, for that error.
-func buildMessage(r *source.Row, src, topic string, validateJSON bool, maxBytes int, extra []HeaderExtra) (*sink.Message, error) {
+// Validator checks a payload before it is sent (a JSON Schema); its error
+// says why the payload is refused.
+type Validator interface {
+	Validate(payload []byte) error
+}
+
+// buildMessage turns a claimed row bound for tg into a message, or returns
+// a terminal error saying why the row can never be published.
+func buildMessage(r *source.Row, src string, validateJSON bool, tg *target, extra []HeaderExtra) (*sink.Message, error) {
 	if !r.TopicOK {
-		return nil, sink.Terminal(missingTopic(topic))
+		return nil, sink.Terminal(missingTopic(tg.topic))
 	}
 	if validateJSON && !(utf8.Valid(r.Payload) && json.Valid(r.Payload)) {
 		return nil, sink.Terminal(errInvalidJSON)
 	}
+	if tg.schema != nil {
+		if err := tg.schema.Validate(r.Payload); err != nil {
+			return nil, sink.Terminal(err)
+		}
+	}
+	maxBytes := tg.maxBytes
 	m := &sink.Message{
 		ID:           r.ID,
 		Destination:  r.Topic,

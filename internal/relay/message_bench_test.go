@@ -31,7 +31,7 @@ func BenchmarkBuildMessage(b *testing.B) {
 			r := benchRow(c.headers)
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := buildMessage(&r, "bench", "{topic}", c.validate, 1_000_000, nil); err != nil {
+				if _, err := buildMessage(&r, "bench", c.validate, &target{topic: "{topic}", maxBytes: 1_000_000}, nil); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -246,7 +246,7 @@ func TestBuildMessage(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := baseRow()
 			tt.row(&r)
-			m, err := buildMessage(&r, tt.src, "{topic}", tt.validate, tt.maxBytes, nil)
+			m, err := buildMessage(&r, tt.src, tt.validate, &target{topic: "{topic}", maxBytes: tt.maxBytes}, nil)
 			failing := tt.want.err != nil || tt.want.errText != "" || tt.want.errSub != ""
 			if failing {
 				if err == nil {
@@ -287,7 +287,7 @@ func TestBuildMessage(t *testing.T) {
 func TestBuildMessageNilKeys(t *testing.T) {
 	r := baseRow()
 	r.Key, r.PartitionKey = nil, nil
-	m, err := buildMessage(&r, "src", "{topic}", true, 0, nil)
+	m, err := buildMessage(&r, "src", true, &target{topic: "{topic}"}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

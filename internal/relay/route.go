@@ -26,6 +26,8 @@ type Route struct {
 	TopicTemplate string
 	// SinkName is the configured name of Sink.
 	SinkName string
+	// Schema, when set, checks the payloads the route sends.
+	Schema Validator
 }
 
 func (r *Route) match(row *source.Row) bool {
@@ -51,17 +53,20 @@ type target struct {
 	maxBytes int
 	topic    string // the topic template of its rows
 	sinkName string
+	schema   Validator // nil: payloads are not checked
 }
 
 func newTargets(o Options) []target {
-	ts := []target{{name: "default", sink: o.Sink, maxBytes: o.Sink.MaxMessageBytes(), topic: o.Topic, sinkName: o.SinkName}}
+	ts := []target{{name: "default", sink: o.Sink, maxBytes: o.Sink.MaxMessageBytes(), topic: o.Topic, sinkName: o.SinkName,
+		schema: o.Schema}}
 	for i := range o.Routes {
 		r := &o.Routes[i]
 		topic := o.Topic
 		if r.Topic >= 0 {
 			topic = r.TopicTemplate
 		}
-		ts = append(ts, target{name: r.Name, sink: r.Sink, route: r, maxBytes: r.Sink.MaxMessageBytes(), topic: topic, sinkName: r.SinkName})
+		ts = append(ts, target{name: r.Name, sink: r.Sink, route: r, maxBytes: r.Sink.MaxMessageBytes(), topic: topic,
+			sinkName: r.SinkName, schema: r.Schema})
 	}
 	return ts
 }

@@ -29,6 +29,8 @@ type Options struct {
 	Topic string
 	// Headers are the headers the configuration adds (extra_headers).
 	Headers []HeaderExtra
+	// Schema, when set, checks the payloads sent to Sink.
+	Schema Validator
 	// Routes send the rows they match to other sinks; the first match wins.
 	Routes       []Route
 	BatchSize    int
