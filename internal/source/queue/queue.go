@@ -235,3 +235,31 @@ ON CONFLICT (outbox_id) DO NOTHING`, timeout.Seconds())
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// Gauges describe the queue now, for seed 003's metrics: its pending depth
+// and the age of its oldest due row, the dead letters (FAILED outcomes),
+// and the dispatches left DISPATCHING with no outcome for longer than
+// stuckAfter.
+type Gauges struct {
+	Pending, DeadLetters, StuckDispatching int64
+	OldestPendingAge                       time.Duration
+}
+
+// Gauges reads the queue's gauges in one statement.
+func (s *Store) Gauges(ctx context.Context, stuckAfter time.Duration) (Gauges, error) {
+	pending, attempts := s.t("payment_outbox_pending"), s.t("payment_outbox_attempts")
+	var g Gauges
+	var oldest float64
+	err := s.pool.QueryRow(ctx, `SELECT
+  (SELECT count(*) FROM `+pending+`),
+  COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at)) FROM `+pending+` WHERE next_attempt_at <= now()), 0),
+  (SELECT count(*) FROM `+attempts+` WHERE state = 'FAILED'),
+  (SELECT count(*) FROM `+attempts+` a WHERE a.state = 'DISPATCHING' AND a.claimed_at < now() - make_interval(secs => $1)
+    AND NOT EXISTS (SELECT 1 FROM `+attempts+` o WHERE o.outbox_id = a.outbox_id AND o.attempt_no = a.attempt_no
+      AND o.state <> 'DISPATCHING'))`, stuckAfter.Seconds()).Scan(&g.Pending, &oldest, &g.DeadLetters, &g.StuckDispatching)
+	if err != nil {
+		return g, fmt.Errorf("queue gauges: %w", err)
+	}
+	g.OldestPendingAge = time.Duration(oldest * float64(time.Second))
+	return g, nil
+}

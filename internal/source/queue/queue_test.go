@@ -302,3 +302,28 @@ func TestReaperRequeuesZombies(t *testing.T) {
 		t.Fatalf("after the reap claimed %+v (%v), want the same row again as attempt 2", ds, err)
 	}
 }
+
+func TestGauges(t *testing.T) {
+	t.Parallel()
+	pool, st := newQueue(t)
+	ctx := context.Background()
+	enqueue(t, pool, "ins-1", "p1", "k1")
+	enqueue(t, pool, "ins-2", "p2", "k2")
+	enqueue(t, pool, "ins-3", "p3", "k3")
+	pgtest.Exec(t, pool, "UPDATE payments.payment_outbox_pending SET created_at = now() - interval '90 seconds', next_attempt_at = now() - interval '90 seconds' WHERE instruction_id = 'ins-3'")
+	ds, err := st.Claim(ctx, 2) // ins-3 first: the oldest
+	if err != nil || len(ds) != 2 {
+		t.Fatalf("claim: %+v %v", ds, err)
+	}
+	if err := st.Failed(ctx, ds[0], queue.Outcome{ErrorCode: "INVALID_IBAN"}); err != nil {
+		t.Fatal(err)
+	}
+	pgtest.Exec(t, pool, "UPDATE payments.payment_outbox_attempts SET claimed_at = now() - interval '5 minutes' WHERE state = 'DISPATCHING'")
+	g, err := st.Gauges(ctx, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Pending != 1 || g.DeadLetters != 1 || g.StuckDispatching != 1 || g.OldestPendingAge <= 0 || g.OldestPendingAge > time.Minute {
+		t.Errorf("gauges %+v: want 1 pending (under a minute old), 1 dead letter, 1 stuck dispatch", g)
+	}
+}
