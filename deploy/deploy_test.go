@@ -411,6 +411,22 @@ func TestDockerfile(t *testing.T) {
 			t.Errorf("make build runs %s, without %q", out, want)
 		}
 	}
+	// The build context keeps what make build reads.
+	ignore, err := os.ReadFile("Dockerfile.dockerignore")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(ignore)) {
+		pat := strings.TrimSpace(line)
+		if pat == "" || strings.HasPrefix(pat, "#") {
+			continue
+		}
+		for _, need := range []string{"go.mod", "go.sum", "Makefile", "cmd", "internal", "migrations"} {
+			if ok, _ := filepath.Match(strings.TrimSuffix(pat, "/"), need); ok {
+				t.Errorf("Dockerfile.dockerignore's %q leaves %s out of the build context", pat, need)
+			}
+		}
+	}
 	ci, err := os.ReadFile("../.ci/run")
 	if err != nil || !regexp.MustCompile(`(?m)^make build\b`).Match(ci) {
 		t.Errorf(".ci/run does not run `make build` (%v): CI and the image would build different binaries", err)
