@@ -461,15 +461,24 @@ func checkLedger(t *testing.T, l *eventledger.Ledger, col *collector, what strin
 }
 
 // waitSettled waits until no row is pending and every committed event was
-// delivered; on timeout it says so and the ledger names what is missing.
+// delivered. It gives up early once no row is pending and no delivery has
+// come for 15 s (rows marked but never sent), or at timeout; it then says
+// so and the ledger names what is missing.
 func waitSettled(t *testing.T, timeout time.Duration, rows int, pending func() (int, error), col *collector) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last string
+	seen, since := -1, time.Now()
 	for time.Now().Before(deadline) {
 		p, err := pending()
 		got := len(distinct(col.records()))
 		if err == nil && p == 0 && got >= rows {
+			return
+		}
+		if got != seen || p != 0 {
+			seen, since = got, time.Now()
+		} else if time.Since(since) > 15*time.Second {
+			t.Errorf("no row pending and no delivery for 15s: %d of %d delivered", got, rows)
 			return
 		}
 		last = fmt.Sprintf("%d pending, %d of %d delivered (%v)", p, got, rows, err)
