@@ -18,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -31,6 +32,10 @@ const (
 	// phaseClaim: the claim statement has run on the server (its rows
 	// are locked in the claim's transaction) and its answer is lost.
 	phaseClaim = "claim"
+	// phasePublish: a claimed batch is being published (its Kafka produce
+	// request is held by the broker meanwhile); the claim's transaction is
+	// open and the batch cannot complete on its connection.
+	phasePublish = "publish"
 	// phaseCommit: the COMMIT of a transaction that holds a claim has run
 	// on the server (the batch is complete there) and its answer is lost:
 	// the relay cannot know the outcome.
@@ -57,7 +62,10 @@ type dbTap struct {
 
 	mu     sync.Mutex
 	conns  map[net.Conn]bool
+	tapped map[*tapConn]bool
 	until  time.Time
+	// open is the claims open on the connections at each cut.
+	open   []int
 	armed  string      // the phase to cut at next, or ""
 	fired  chan string // the phase of each cut made
 	claims atomic.Int64
@@ -70,7 +78,7 @@ func newDBTap(t *testing.T, proto, upstream, marker string) *dbTap {
 		t.Fatal(err)
 	}
 	p := &dbTap{t: t, ln: ln, upstream: upstream, proto: proto, marker: marker, refuse: 200 * time.Millisecond,
-		conns: map[net.Conn]bool{}, fired: make(chan string, 1)}
+		conns: map[net.Conn]bool{}, tapped: map[*tapConn]bool{}, fired: make(chan string, 1)}
 	go p.serve()
 	t.Cleanup(func() { _ = ln.Close(); p.cut() })
 	return p
@@ -97,6 +105,23 @@ func (p *dbTap) cutAt(phase string, timeout time.Duration) {
 	}
 }
 
+// strike counts the claims open, runs the hook, then cuts.
+func (p *dbTap) strike(phase string) {
+	p.mu.Lock()
+	open := 0
+	for tc := range p.tapped {
+		if tc.claimOpen.Load() {
+			open++
+		}
+	}
+	p.open = append(p.open, open)
+	p.mu.Unlock()
+	if p.hook != nil {
+		p.hook(phase)
+	}
+	p.cut()
+}
+
 // cut closes every connection and refuses new ones for p.refuse.
 func (p *dbTap) cut() {
 	p.mu.Lock()
@@ -119,7 +144,7 @@ func (p *dbTap) serve() {
 
 // tapConn is one relayed connection's state.
 type tapConn struct {
-	claimOpen bool            // a claim's transaction is open
+	claimOpen atomic.Bool     // a claim's transaction is open
 	claimStmt map[string]bool // PostgreSQL: prepared statements that are the claim
 	buf       []byte          // the client's bytes not yet parsed
 	started   bool            // past the startup message / handshake response
@@ -146,17 +171,18 @@ func (p *dbTap) forward(client net.Conn) {
 		_ = server.Close()
 		return
 	}
-	p.conns[client], p.conns[server] = true, true
+	tc := &tapConn{claimStmt: map[string]bool{}}
+	p.conns[client], p.conns[server], p.tapped[tc] = true, true, true
 	p.mu.Unlock()
 	defer func() {
 		p.mu.Lock()
 		delete(p.conns, client)
 		delete(p.conns, server)
+		delete(p.tapped, tc)
 		p.mu.Unlock()
 		_ = client.Close()
 		_ = server.Close()
 	}()
-	tc := &tapConn{claimStmt: map[string]bool{}}
 	done := make(chan struct{}, 2)
 	go func() { // client to server: parsed, then forwarded
 		defer func() { done <- struct{}{} }()
@@ -183,10 +209,7 @@ func (p *dbTap) forward(client net.Conn) {
 			n, err := server.Read(buf)
 			if n > 0 {
 				if phase := tc.trip.Swap(nil); phase != nil {
-					if p.hook != nil {
-						p.hook(*phase)
-					}
-					p.cut()
+					p.strike(*phase)
 					p.fired <- *phase
 					return
 				}
@@ -224,18 +247,18 @@ func (p *dbTap) scan(tc *tapConn, b []byte) string {
 	for _, e := range events {
 		switch e {
 		case phaseClaim:
-			tc.claimOpen = true
+			tc.claimOpen.Store(true)
 			p.claims.Add(1)
 			if hit == "" && p.take(phaseClaim) {
 				hit = phaseClaim
 			}
 		case phaseCommit:
-			if tc.claimOpen && hit == "" && p.take(phaseCommit) {
+			if tc.claimOpen.Load() && hit == "" && p.take(phaseCommit) {
 				hit = phaseCommit
 			}
-			tc.claimOpen = false
+			tc.claimOpen.Store(false)
 		case "end":
-			tc.claimOpen = false
+			tc.claimOpen.Store(false)
 		}
 	}
 	return hit
@@ -425,25 +448,58 @@ func runWatched(t *testing.T, cfg *config.Config) *watchedRelay {
 	return r
 }
 
-// phaseOf is the phase of cut i: claims and commits in turn.
+// phaseOf is the phase of cut i (from 1): claim, publish, commit in turn.
 func phaseOf(i int) string {
-	if i%2 == 1 {
-		return phaseClaim
-	}
-	return phaseCommit
+	return []string{phaseCommit, phaseClaim, phasePublish}[i%3]
 }
 
-// cutsWhileDraining makes n cuts, in turn at a claim and at a commit, each
-// once published() has passed its share of the first three quarters of
-// rows: the last quarter keeps claims coming for the last cut.
-func cutsWhileDraining(t *testing.T, tap *dbTap, rows, n int, published func() int) map[string]int {
+// producerHold holds the broker's next produce request on demand.
+type producerHold struct {
+	hold atomic.Bool
+	held chan struct{}
+	wake chan struct{}
+}
+
+// holdProduces installs the hold on the cluster.
+func holdProduces(c *kfake.Cluster) *producerHold {
+	h := &producerHold{held: make(chan struct{}, 1), wake: make(chan struct{}, 1)}
+	c.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if h.hold.CompareAndSwap(true, false) {
+			h.held <- struct{}{}
+			c.SleepControl(func() { <-h.wake })
+		}
+		return nil, nil, false
+	})
+	return h
+}
+
+// cutsWhileDraining makes n cuts, in turn at a claim, while a batch is
+// published and at a commit, each once published() has passed its share
+// of the first three quarters of rows: the last quarter keeps claims
+// coming for the last cut.
+func cutsWhileDraining(t *testing.T, tap *dbTap, h *producerHold, rows, n int, published func() int) map[string]int {
 	t.Helper()
 	made := map[string]int{}
 	asDrainProgresses(t, rows*3/4, n, published, "cut", func(i int) {
 		phase := phaseOf(i)
-		tap.cutAt(phase, 30*time.Second)
+		if phase == phasePublish {
+			h.hold.Store(true)
+			select {
+			case <-h.held:
+			case <-time.After(30 * time.Second):
+				t.Fatal("no produce request to hold within 30s")
+			}
+			tap.strike(phasePublish)
+			h.wake <- struct{}{}
+		} else {
+			tap.cutAt(phase, 30*time.Second)
+		}
 		made[phase]++
 	})
+	tap.mu.Lock()
+	t.Logf("claims open on the relay's connections at each cut: %v", tap.open)
+	tap.mu.Unlock()
 	return made
 }
 
@@ -513,11 +569,12 @@ func TestChaosDatabaseCutByPhase(t *testing.T) {
 	host := strings.SplitN(strings.SplitN(dsn, "@", 2)[1], "/", 2)[0]
 	tap := newDBTap(t, "pg", host, "FOR UPDATE OF o SKIP LOCKED")
 	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
+	hold := holdProduces(c)
 	col := collect(t, c.ListenAddrs(), "orders")
 	cfg := baseConfig(strings.Replace(dsn, "@"+host+"/", "@"+tap.addr()+"/", 1), c.ListenAddrs(), chaosSource(50, 3))
 	cfg.LeaseTTL = config.Duration(3 * time.Second)
 	r := runWatched(t, cfg)
-	made := cutsWhileDraining(t, tap, rows, cuts, countPublished(pool))
+	made := cutsWhileDraining(t, tap, hold, rows, cuts, countPublished(pool))
 	waitSettled(t, 120*time.Second, rows, func() (int, error) {
 		var n int
 		err := pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE NOT published").Scan(&n)
@@ -531,8 +588,8 @@ func TestChaosDatabaseCutByPhase(t *testing.T) {
 		t.Errorf("%d dead letters; want none", dead)
 	}
 	r.running(t)
-	t.Logf("PostgreSQL: %d rows, %d claims, cuts: %d at a claim, %d at a commit; the relay logged %d failed claims, %d failed completions; %v",
-		rows, tap.claims.Load(), made[phaseClaim], made[phaseCommit], r.count("claim failed"),
+	t.Logf("PostgreSQL: %d rows, %d claims, cuts: %d at a claim, %d while publishing, %d at a commit; the relay logged %d failed claims, %d failed completions; %v",
+		rows, tap.claims.Load(), made[phaseClaim], made[phasePublish], made[phaseCommit], r.count("claim failed"),
 		r.count("complete batch failed; its rows return to the pending set"), time.Since(start).Round(time.Millisecond))
 	checkLedger(t, l, col, fmt.Sprintf("PostgreSQL, %d cuts", cuts))
 }
@@ -554,6 +611,7 @@ func TestChaosMariaDBCutByPhase(t *testing.T) {
 	host := strings.SplitN(strings.SplitN(dsn, "tcp(", 2)[1], ")", 2)[0]
 	tap := newDBTap(t, "mysql", host, "SKIP LOCKED")
 	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
+	hold := holdProduces(c)
 	col := collect(t, c.ListenAddrs(), "orders")
 	cfg := mysqlConfig(t, strings.Replace(dsn, "tcp("+host+")", "tcp("+tap.addr()+")", 1), c.ListenAddrs(),
 		config.Source{Name: "chaos", Table: name + ".kafka_outbox", Preset: "kafka-outbox", BatchSize: 50, Pipeline: 3})
@@ -573,7 +631,7 @@ func TestChaosMariaDBCutByPhase(t *testing.T) {
 		_ = db.QueryRowContext(ctx, "SELECT COUNT(*) FROM kafka_outbox WHERE push_completed_at IS NOT NULL").Scan(&n)
 		return n
 	}
-	made := cutsWhileDraining(t, tap, rows, cuts, published)
+	made := cutsWhileDraining(t, tap, hold, rows, cuts, published)
 	waitSettled(t, 120*time.Second, rows, func() (int, error) {
 		var n int
 		err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM kafka_outbox WHERE push_completed_at IS NULL").Scan(&n)
@@ -591,8 +649,8 @@ func TestChaosMariaDBCutByPhase(t *testing.T) {
 		t.Errorf("%d rows errored, %d dead letters; want none", dead, relayDead)
 	}
 	r.running(t)
-	t.Logf("MariaDB: %d rows, %d claims, cuts: %d at a claim, %d at a commit; the relay logged %d failed claims, %d failed completions; %v",
-		rows, tap.claims.Load(), made[phaseClaim], made[phaseCommit], r.count("claim failed"),
+	t.Logf("MariaDB: %d rows, %d claims, cuts: %d at a claim, %d while publishing, %d at a commit; the relay logged %d failed claims, %d failed completions; %v",
+		rows, tap.claims.Load(), made[phaseClaim], made[phasePublish], made[phaseCommit], r.count("claim failed"),
 		r.count("complete batch failed; its rows return to the pending set"), time.Since(start).Round(time.Millisecond))
 	checkLedger(t, l, col, fmt.Sprintf("MariaDB, %d cuts", cuts))
 }
@@ -632,9 +690,9 @@ func fillMariaDB(t *testing.T, db *sql.DB, l *eventledger.Ledger, rows, keys int
 func TestChaosPostgresRestartByPhase(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
-	rows, restarts := 4000, 4
+	rows, restarts := 4000, 6
 	if chaosFull() {
-		rows, restarts = 40000, 12
+		rows, restarts = 40000, 18
 	}
 	pg := startPrivatePostgres(t)
 	ctx := context.Background()
@@ -657,8 +715,8 @@ func TestChaosPostgresRestartByPhase(t *testing.T) {
 	var n int
 	var restartErrs []string
 	tap.hook = func(phase string) {
-		mode := "fast" // a claim, a commit, then the same with a crash
-		if n/2%2 == 1 {
+		mode := "fast" // each phase in turn, then the same with a crash
+		if n/3%2 == 1 {
 			mode = "immediate"
 		}
 		n++
@@ -670,6 +728,7 @@ func TestChaosPostgresRestartByPhase(t *testing.T) {
 		modes[phase+"/"+mode]++
 	}
 	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
+	hold := holdProduces(c)
 	col := collect(t, c.ListenAddrs(), "orders")
 	cfg := baseConfig(strings.Replace(pg.dsn(), fmt.Sprintf("127.0.0.1:%d", pg.port), tap.addr(), 1), c.ListenAddrs(), chaosSource(50, 3))
 	cfg.LeaseTTL = config.Duration(3 * time.Second)
@@ -679,7 +738,7 @@ func TestChaosPostgresRestartByPhase(t *testing.T) {
 		_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published").Scan(&n)
 		return n
 	}
-	cutsWhileDraining(t, tap, rows, restarts, published)
+	cutsWhileDraining(t, tap, hold, rows, restarts, published)
 	if len(restartErrs) > 0 {
 		t.Fatalf("restarts failed: %v", restartErrs)
 	}
