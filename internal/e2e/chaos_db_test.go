@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/binary"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"strconv"
@@ -218,9 +217,6 @@ func (p *dbTap) forward(client net.Conn) {
 				}
 			}
 			if err != nil {
-				if err != io.EOF {
-					return
-				}
 				return
 			}
 		}
