@@ -542,15 +542,20 @@ func waitSettled(t *testing.T, timeout time.Duration, rows int, pending func() (
 
 // TestChaosDatabaseCutByPhase guards the claim's transaction on
 // PostgreSQL: rows are marked published only in the transaction that
-// claimed them, committed after the sink acknowledged them. The relay's
-// connections go through a tap that cuts every connection (and refuses new
-// ones for 200 ms) at chosen moments while a backlog over many keys drains:
-// right after a claim statement ran on the server (its answer lost: its
-// rows must be pending again, not lost) and right after the COMMIT of a
-// completing transaction ran (its answer lost: the batch is marked, the
-// relay believes it failed and sends it again: duplicates, never a loss).
-// The relay must reconnect by itself and keep running; the ledger finds no
-// loss, nothing unexpected and no row out of order on first delivery.
+// claimed them, committed after the sink acknowledged them (marks committed
+// with the claim, before publishing, lose the batch whose COMMIT answer is
+// lost), and a batch whose completion fails frees its keys in the relay's
+// order book (else the later batches of its keys wait for ever). The
+// relay's connections go through a tap that cuts every connection (and
+// refuses new ones for 200 ms) at chosen moments while a backlog over many
+// keys drains, in turn: right after a claim statement ran on the server
+// (its answer lost: its rows must be pending again, not lost); while a
+// claimed batch is being published (its produce request held by the
+// broker: the completion fails, the batch is sent again); right after the
+// COMMIT of a completing transaction ran (its answer lost: the batch is
+// marked, the relay believes it failed). The relay must reconnect by itself
+// and keep running; the ledger finds no loss, nothing unexpected and no row
+// out of order on first delivery (duplicates are counted: at least once).
 func TestChaosDatabaseCutByPhase(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
@@ -593,8 +598,9 @@ func TestChaosDatabaseCutByPhase(t *testing.T) {
 // TestChaosMariaDBCutByPhase is TestChaosDatabaseCutByPhase on MariaDB with
 // seed 004's kafka_outbox (the kafka-outbox preset): the claim is a
 // transaction with its rows locked FOR UPDATE, completed by the COMMIT that
-// sets push_completed_at. Cuts right after a claim ran and right after a
-// completing COMMIT ran, each answer lost.
+// sets push_completed_at. Cuts right after a claim ran (answer lost), while
+// a claimed batch is published, and right after a completing COMMIT ran
+// (answer lost); the same mechanisms are guarded.
 func TestChaosMariaDBCutByPhase(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
@@ -679,10 +685,13 @@ func fillMariaDB(t *testing.T, db *sql.DB, l *eventledger.Ledger, rows, keys int
 // of its database, on a private PostgreSQL 15 server: the server is
 // restarted (fast shutdown) and crashed (immediate shutdown, recovery at
 // start) at chosen moments while a backlog drains: with a claim's rows
-// locked and its answer not yet delivered, and with a completing COMMIT
-// applied but its answer not yet delivered. Every connection of the relay
-// is lost each time; it must reconnect by itself, keep running, and finish
-// with nothing lost and no row out of order on first delivery.
+// locked and its answer not yet delivered, while a claimed batch is being
+// published, and with a completing COMMIT applied but its answer not yet
+// delivered. Every connection of the relay is lost each time; it must
+// reconnect by itself, keep running, and finish with nothing lost and no
+// row out of order on first delivery. It guards what the cut scenarios
+// guard, through a server that really goes away (fast shutdown) or crashes
+// and recovers (immediate).
 func TestChaosPostgresRestartByPhase(t *testing.T) {
 	t.Parallel()
 	start := time.Now()
