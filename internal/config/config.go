@@ -55,7 +55,9 @@ type Shutdown struct {
 
 // Database is one database connection.
 type Database struct {
-	Driver   string `yaml:"driver"` // postgres (default)
+	Driver string `yaml:"driver"` // postgres (default)
+	// DSN is the connection string: postgres://user:password@host:5432/db
+	// for PostgreSQL, user:password@tcp(host:3306)/db for MySQL.
 	DSN      string `yaml:"dsn"`
 	MaxConns int    `yaml:"max_conns"` // default 10
 }
@@ -110,8 +112,9 @@ type Circuit struct {
 // SASL authenticates to Kafka.
 type SASL struct {
 	Mechanism string `yaml:"mechanism"` // PLAIN|SCRAM-SHA-256|SCRAM-SHA-512
-	Username  string `yaml:"username"`
-	Password  string `yaml:"password"`
+	// Username and Password are the SASL credentials.
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
 }
 
 // TLS secures the broker connection: the same block every sink type uses.
@@ -119,6 +122,8 @@ type TLS = sinktls.Config
 
 // Source is one outbox table, or a rule that discovers several.
 type Source struct {
+	// Name identifies the source in logs, metrics, leases and commands; it
+	// must be unique.
 	Name     string `yaml:"name"`
 	Database string `yaml:"database"` // key of Databases; default: the only one
 	// Table is schema-qualified: "journey_matcher.outbox" or
@@ -198,7 +203,7 @@ type Route struct {
 	Schema string `yaml:"schema"`
 }
 
-// Discover finds outbox tables by schema pattern (seed 000).
+// Discover finds outbox tables by schema pattern: one source per table found.
 type Discover struct {
 	Schemas  string   `yaml:"schemas"`  // regular expression on schema names
 	Tables   []string `yaml:"tables"`   // candidate table names, default [outbox, outbox_events]
@@ -251,12 +256,14 @@ type State struct {
 	// Flag is the boolean column set true once published (mode flag).
 	Flag string `yaml:"flag"`
 	// PublishedAt lists candidate timestamp columns; the first that exists
-	// is set to now() on publish (seed 000: published_at or processed_at).
+	// is set to now() on publish (e.g. published_at, then processed_at).
 	PublishedAt []string `yaml:"published_at"`
 	Status      string   `yaml:"status"` // status column (mode status)
-	Pending     string   `yaml:"pending"`
-	Published   string   `yaml:"published"`
-	Failed      string   `yaml:"failed"`
+	// Pending, Published and Failed are the status column's values for
+	// each state (mode status).
+	Pending   string `yaml:"pending"`
+	Published string `yaml:"published"`
+	Failed    string `yaml:"failed"`
 	// Errored is a boolean or integer column that marks a dead-lettered
 	// row: a row is pending only while it is false (0), and a dead letter
 	// sets it true (1). Replaying the dead letter clears it.

@@ -11,6 +11,8 @@ const DefaultRetentionInterval = time.Hour
 // replica holding the source's lease does it. The relay's role then needs
 // DELETE on the table.
 type Retention struct {
+	// OlderThan is how long ago a row must have been settled (published or
+	// dead-lettered) to be deleted, e.g. 168h.
 	OlderThan   Duration `yaml:"older_than"`
 	Interval    Duration `yaml:"interval"`     // default 1h
 	IncludeDead bool     `yaml:"include_dead"` // also dead-lettered rows

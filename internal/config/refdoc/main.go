@@ -1,23 +1,40 @@
-// Command refdoc writes docs/config.md, the configuration reference, from
-// the configuration's Go types: every field by its YAML path, its type, its
-// default (from the relay's own defaulting, not from comments) and what it
-// means (the field's comment, with Go names turned into YAML names).
+// Command refdoc writes docs/config.md, the configuration reference, from the
+// configuration's Go types:
 //
 //	go run ./internal/config/refdoc > docs/config.md   (make docs)
+//
+// It works in four steps, each a part of this file:
+//
+//  1. Parse the packages that declare the configuration's types (go/parser)
+//     and walk config.Config field by field, following structs, pointers,
+//     lists and maps, to a table row per field named by its YAML path
+//     (sources[].layout.state.mode, sinks.<name>.rabbitmq.exchange).
+//  2. Read each field's default from the code: build a sample configuration
+//     with one database, one sink of each type and one source, run the
+//     relay's own defaulting and validation on it, and read the value (or the
+//     "required" problem) at the field's path by reflection. The few defaults
+//     that depend on other settings are explained in words (derived).
+//  3. Turn the field's comment into its meaning: Go field names become YAML
+//     names, Go-only words are rewritten, and a "default X" that repeats the
+//     default column is dropped.
+//  4. Append the presets and the environment variables, and refuse to write
+//     a reference in which a Go identifier of the configuration's packages
+//     is left.
 package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -29,6 +46,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/sink/redis"
 	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
+
+// Command is how a developer regenerates the reference.
+const Command = "make docs (go run ./internal/config/refdoc > docs/config.md)"
 
 func main() {
 	root, err := moduleRoot()
@@ -65,101 +85,123 @@ func moduleRoot() (string, error) {
 // packages are the directories whose types the configuration uses, by the
 // name the configuration's files import them as.
 var packages = map[string]string{
-	"config": "internal/config", "rabbitmq": "internal/sink/rabbitmq", "mqtt": "internal/sink/mqtt",
+	"config": "internal/config", "layout": "internal/layout", "sinktls": "internal/sink/sinktls",
+	"sinkconf": "internal/sink/sinkconf", "rabbitmq": "internal/sink/rabbitmq", "mqtt": "internal/sink/mqtt",
 	"webhook": "internal/sink/webhook", "nats": "internal/sink/nats", "redis": "internal/sink/redis",
-	"sinktls": "internal/sink/sinktls", "sinkconf": "internal/sink/sinkconf",
 }
 
-// typeDecl is a parsed type: a struct, or another named type (an alias or
-// a scalar such as Duration).
-type typeDecl struct {
-	pkg string
-	doc string
-	st  *ast.StructType
-	typ ast.Expr // when not a struct
+// sinkBlocks are the sink types with a block of their own (sinks.<name>.rabbitmq);
+// Kafka's settings sit on the sink itself.
+var sinkBlocks = []string{"rabbitmq", "mqtt", "webhook", "nats", "redis"}
+
+// derived are the defaults that the defaulting computes from other settings,
+// or that the sample cannot show, in words.
+var derived = map[string]string{
+	"sinks.<name>.type":           "required",
+	"sinks.<name>.webhook.preset": "none (a plain webhook)",
+	"sinks.<name>.timeout":        "`35s`, or the sink's own delivery, confirm, publish, ack or request timeout + 5s when that is longer",
+	"sources[].database":          "the only database; required when there are several",
+	"sources[].sink":              "the only sink; required when there are several",
+	"sources[].table":             "required, unless `discover` is set (exactly one of the two)",
+	"sources[].manage_table":      "`true` for preset `kafka-outbox`, else `false`",
+	"sources[].routes[].name":     "`route0`, `route1`, … by position",
+	"sinks.<name>.mqtt.client_id": "`outbox-relay-` and 12 random hex digits",
+	"sinks.<name>.webhook.url":    "required (not used by preset `ably`)",
 }
+
+// goPhrases rewrites words that only make sense to a Go programmer.
+var goPhrases = strings.NewReplacer(
+	"Publish calls", "publish calls",
+	"Publish call", "publish call",
+	"The zero value is off.", "Off unless set.",
+	"the configuration loader", "the relay",
+)
 
 // row is one line of a section's table.
 type row struct{ path, typ, def, meaning string }
-
-type generator struct {
-	types    map[string]typeDecl // "pkg.Name"
-	sections []section
-	// fieldNames maps the top-level fields' Go names to their YAML names,
-	// for comments elsewhere that name them ("key of Sinks").
-	fieldNames map[string]string
-}
 
 type section struct {
 	title, intro string
 	rows         []row
 }
 
+// typeDecl is a parsed type declaration.
+type typeDecl struct {
+	pkg, name, doc string
+	st             *ast.StructType // nil when the type is not a struct
+	alias          ast.Expr        // for `type TLS = sinktls.Config`
+}
+
+type generator struct {
+	types    map[string]typeDecl // by "pkg.Name"
+	goIdents map[string]bool     // every exported name the packages declare
+	files    map[string]*ast.File
+	fset     *token.FileSet
+	sections []*section
+	samples  samples
+	// topNames maps config.Config's Go field names to YAML names, for
+	// comments elsewhere that name them ("key of Sinks").
+	topNames map[string]string
+}
+
 // Generate returns docs/config.md for the module at root.
 func Generate(root string) ([]byte, error) {
-	g := &generator{types: map[string]typeDecl{}, fieldNames: map[string]string{}}
+	g := &generator{types: map[string]typeDecl{}, goIdents: map[string]bool{}, files: map[string]*ast.File{},
+		topNames: map[string]string{}, samples: newSamples(), fset: token.NewFileSet()}
 	for name, dir := range packages {
 		if err := g.parse(name, filepath.Join(root, dir)); err != nil {
 			return nil, err
 		}
 	}
-	def := defaults()
-	v := reflect.ValueOf(def).Elem()
-	g.sections = append(g.sections, section{title: "Top level"})
-	g.walk("config", "Config", "", v, &g.sections[0])
+	for _, f := range g.types["config.Config"].st.Fields.List {
+		g.topNames[f.Names[0].Name] = yamlName(f)
+	}
+	top := &section{title: "Top level"}
+	g.sections = append(g.sections, top)
+	g.walk("config.Config", "", top)
+
 	var b bytes.Buffer
 	b.WriteString(header)
 	for _, s := range g.sections {
-		if len(s.rows) == 0 {
-			continue
-		}
 		fmt.Fprintf(&b, "\n## %s\n\n", s.title)
 		if s.intro != "" {
 			b.WriteString(s.intro + "\n\n")
 		}
 		b.WriteString("| field | type | default | meaning |\n|---|---|---|---|\n")
 		for _, r := range s.rows {
-			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.path, r.typ, r.def, cell(r.meaning))
+			fmt.Fprintf(&b, "| `%s` | %s | %s | %s |\n", r.path, r.typ, cell(r.def), cell(r.meaning))
 		}
 	}
-	b.WriteString(presets())
-	b.WriteString(environment)
+	b.WriteString(g.presets())
+	env, err := g.environment()
+	if err != nil {
+		return nil, err
+	}
+	b.WriteString(env)
+	if leaks := g.leaks(b.String()); len(leaks) > 0 {
+		return nil, fmt.Errorf("the reference would name Go identifiers %s: rewrite them in the comments or in goPhrases",
+			strings.Join(leaks, ", "))
+	}
 	return b.Bytes(), nil
 }
 
+// ---- Step 1: the types and the walk ----
+
 func (g *generator) parse(pkg, dir string) error {
-	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	notTest := func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }
+	pkgs, err := parser.ParseDir(g.fset, dir, notTest, parser.ParseComments)
 	if err != nil {
 		return err
 	}
 	for _, p := range pkgs {
-		for _, f := range p.Files {
+		for fname, f := range p.Files {
+			g.files[pkg+"/"+filepath.Base(fname)] = f
 			for _, d := range f.Decls {
-				gd, ok := d.(*ast.GenDecl)
-				if !ok || gd.Tok != token.TYPE {
-					continue
-				}
-				for _, spec := range gd.Specs {
-					ts := spec.(*ast.TypeSpec)
-					doc := gd.Doc.Text()
-					if ts.Doc != nil {
-						doc = ts.Doc.Text()
-					}
-					td := typeDecl{pkg: pkg, doc: doc}
-					if st, ok := ts.Type.(*ast.StructType); ok && ts.Assign == 0 {
-						td.st = st
-						if pkg == "config" && ts.Name.Name == "Config" {
-							for _, f := range st.Fields.List {
-								if len(f.Names) > 0 && f.Tag != nil {
-									g.fieldNames[f.Names[0].Name] = yamlName(f)
-								}
-							}
-						}
-					} else {
-						td.typ = ts.Type
-					}
-					g.types[pkg+"."+ts.Name.Name] = td
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					g.ident(d.Name)
+				case *ast.GenDecl:
+					g.decl(pkg, d)
 				}
 			}
 		}
@@ -167,9 +209,44 @@ func (g *generator) parse(pkg, dir string) error {
 	return nil
 }
 
-// resolve follows aliases to the declaration a type expression names, in
-// package pkg.
-func (g *generator) resolve(pkg string, e ast.Expr) (string, typeDecl, bool) {
+func (g *generator) decl(pkg string, d *ast.GenDecl) {
+	for _, spec := range d.Specs {
+		switch s := spec.(type) {
+		case *ast.ValueSpec:
+			for _, n := range s.Names {
+				g.ident(n)
+			}
+		case *ast.TypeSpec:
+			g.ident(s.Name)
+			doc := d.Doc.Text()
+			if s.Doc != nil {
+				doc = s.Doc.Text()
+			}
+			td := typeDecl{pkg: pkg, name: s.Name.Name, doc: doc}
+			if st, ok := s.Type.(*ast.StructType); ok {
+				td.st = st
+				for _, f := range st.Fields.List {
+					for _, n := range f.Names {
+						g.ident(n)
+					}
+				}
+			} else if s.Assign != 0 {
+				td.alias = s.Type
+			}
+			g.types[pkg+"."+s.Name.Name] = td
+		}
+	}
+}
+
+func (g *generator) ident(n *ast.Ident) {
+	if n.IsExported() {
+		g.goIdents[n.Name] = true
+	}
+}
+
+// structType returns the struct a type expression of package pkg names,
+// following aliases, or false.
+func (g *generator) structType(pkg string, e ast.Expr) (typeDecl, bool) {
 	var key string
 	switch t := e.(type) {
 	case *ast.Ident:
@@ -177,141 +254,112 @@ func (g *generator) resolve(pkg string, e ast.Expr) (string, typeDecl, bool) {
 	case *ast.SelectorExpr:
 		key = t.X.(*ast.Ident).Name + "." + t.Sel.Name
 	default:
-		return "", typeDecl{}, false
+		return typeDecl{}, false
 	}
 	td, ok := g.types[key]
-	if ok && td.st == nil && td.typ != nil {
-		if _, isSel := td.typ.(*ast.SelectorExpr); isSel {
-			return g.resolve(td.pkg, td.typ) // an alias such as TLS = sinktls.Config
-		}
+	if ok && td.alias != nil {
+		return g.structType(td.pkg, td.alias)
 	}
-	return key, td, ok
+	return td, ok && td.st != nil
 }
 
-// walk adds the fields of struct pkg.name at path, whose value (for
-// defaults) is v, to section s; nested blocks get sections of their own.
-func (g *generator) walk(pkg, name, path string, v reflect.Value, s *section) {
-	td := g.types[pkg+"."+name]
-	goNames := maps.Clone(g.fieldNames)
-	for _, f := range td.st.Fields.List {
-		if len(f.Names) == 0 || f.Tag == nil {
-			continue
-		}
-		goNames[f.Names[0].Name] = yamlName(f)
+// walk adds the fields of struct key ("config.Source") at path to s; a
+// field that is a block of its own gets a section of its own.
+func (g *generator) walk(key, path string, s *section) {
+	td := g.types[key]
+	// Comments name fields by their Go names: this struct's and the top
+	// level's.
+	goNames := map[string]string{}
+	for k, v := range g.topNames {
+		goNames[k] = v
 	}
+	var fields []*ast.Field
 	for _, f := range td.st.Fields.List {
-		if len(f.Names) == 0 || f.Tag == nil || !f.Names[0].IsExported() {
+		if len(f.Names) == 1 && f.Names[0].IsExported() && f.Tag != nil && yamlName(f) != "-" {
+			fields = append(fields, f)
+			goNames[f.Names[0].Name] = yamlName(f)
+		}
+	}
+	var earlier []row // this struct's rows so far, for fields that share a comment
+	for _, f := range fields {
+		p := join(path, yamlName(f))
+		text := strings.TrimSpace(f.Doc.Text() + " " + f.Comment.Text())
+		r := g.field(td.pkg, f.Type, p, clean(text, goNames), s)
+		if r == nil {
 			continue
 		}
-		yn := yamlName(f)
-		if yn == "-" {
-			continue
+		if r.meaning == "" {
+			r.meaning = seeAbove(yamlName(f), earlier)
 		}
-		p := join(path, yn)
-		meaning := clean(strings.TrimSpace(f.Doc.Text()+" "+f.Comment.Text()), goNames)
-		fv := field(v, f.Names[0].Name)
-		g.field(td.pkg, f.Type, p, fv, meaning, s)
+		r.meaning = dropDefault(r.meaning, r.def)
+		if r.def == "" {
+			r.def = "none"
+		}
+		s.rows = append(s.rows, *r)
+		earlier = append(earlier, *r)
 	}
 }
 
-// field adds one field (recursing into structs).
-func (g *generator) field(pkg string, e ast.Expr, p string, v reflect.Value, meaning string, s *section) {
+// field returns the row of a field of type e at path p, or nil when the
+// field is a block that got its own section.
+func (g *generator) field(pkg string, e ast.Expr, p, meaning string, s *section) *row {
 	switch t := e.(type) {
 	case *ast.StarExpr:
-		if v.IsValid() && v.Kind() == reflect.Pointer {
-			if v.IsNil() {
-				v = reflect.Value{}
-			} else {
-				v = v.Elem()
-			}
-		}
-		g.field(pkg, t.X, p, v, meaning, s)
-		return
+		return g.field(pkg, t.X, p, meaning, s)
 	case *ast.ArrayType:
-		if k, td, ok := g.resolve(pkg, t.Elt); ok && td.st != nil {
-			var ev reflect.Value
-			if v.IsValid() && v.Len() > 0 {
-				ev = v.Index(0)
-			}
-			g.block(k, td, p+"[]", ev, meaning)
-			return
+		if td, ok := g.structType(pkg, t.Elt); ok {
+			g.block(td, p+"[]", meaning)
+			return nil
 		}
-		s.rows = append(s.rows, row{p, "list of " + scalar(pkg, t.Elt, g), def(p, v), meaning})
-		return
+		return &row{p, "list of " + scalar(t.Elt), g.defaultAt(p), meaning}
 	case *ast.MapType:
-		if k, td, ok := g.resolve(pkg, t.Value); ok && td.st != nil {
-			var ev reflect.Value
-			if v.IsValid() {
-				for _, key := range v.MapKeys() {
-					if !ev.IsValid() || key.String() == sampleKey(p) {
-						ev = v.MapIndex(key)
-					}
-				}
-			}
-			g.block(k, td, p+".<name>", ev, meaning)
-			return
+		if td, ok := g.structType(pkg, t.Value); ok {
+			g.block(td, p+".<name>", meaning)
+			return nil
 		}
-		s.rows = append(s.rows, row{p, "map of names to " + scalar(pkg, t.Value, g), def(p, v), meaning})
-		return
+		return &row{p, "map of names to " + scalar(t.Value), g.defaultAt(p), meaning}
 	}
-	if k, td, ok := g.resolve(pkg, e); ok && td.st != nil {
-		g.block(k, td, p, v, meaning)
-		return
+	if td, ok := g.structType(pkg, e); ok {
+		g.block(td, p, meaning)
+		return nil
 	}
-	s.rows = append(s.rows, row{p, scalar(pkg, e, g), def(p, v), meaning})
+	return &row{p, scalar(e), g.defaultAt(p), meaning}
 }
 
-// block gives a struct-typed field a section of its own.
-func (g *generator) block(key string, td typeDecl, p string, v reflect.Value, meaning string) {
+// block gives a struct-typed field a section of its own, introduced by the
+// field's comment or, failing that, by its type's.
+func (g *generator) block(td typeDecl, p, meaning string) {
 	intro := meaning
 	if intro == "" {
-		_, name, _ := strings.Cut(key, ".")
-		intro = clean(dropName(strings.TrimSpace(td.doc), name), g.fieldNames)
+		intro = clean(dropTypeName(td.doc, td.name), g.topNames)
 	}
-	g.sections = append(g.sections, section{title: "`" + p + "`", intro: intro})
-	i := len(g.sections) - 1
-	s := g.sections[i]
-	_, name, _ := strings.Cut(key, ".")
-	g.walk(td.pkg, name, p, v, &s)
-	g.sections[i] = s
+	s := &section{title: "`" + p + "`", intro: intro}
+	g.sections = append(g.sections, s)
+	g.walk(td.pkg+"."+td.name, p, s)
 }
 
-// dropName turns "Config is the X block" into "The X block".
-func dropName(doc, name string) string {
-	rest, ok := strings.CutPrefix(doc, name+" ")
-	if !ok {
-		return doc
-	}
-	for _, verb := range []string{"is ", "are "} {
-		rest = strings.TrimPrefix(rest, verb)
-	}
-	if rest == "" {
-		return doc
-	}
-	return strings.ToUpper(rest[:1]) + rest[1:]
-}
-
-func scalar(pkg string, e ast.Expr, g *generator) string {
+// scalar names a leaf type in words.
+func scalar(e ast.Expr) string {
 	switch t := e.(type) {
+	case *ast.StarExpr:
+		return scalar(t.X)
+	case *ast.SelectorExpr:
+		if t.Sel.Name == "Duration" {
+			return "duration"
+		}
 	case *ast.Ident:
 		switch t.Name {
 		case "string":
 			return "string"
-		case "int", "int64", "int32", "uint16", "uint32":
-			return "integer"
 		case "bool":
 			return "boolean"
 		case "Duration":
-			return "duration (`250ms`, `1m`)"
+			return "duration"
+		case "int", "int8", "int16", "int32", "int64", "uint", "uint8", "uint16", "uint32", "uint64":
+			return "integer"
 		}
-	case *ast.SelectorExpr:
-		if t.Sel.Name == "Duration" {
-			return "duration (`250ms`, `1m`)"
-		}
-	case *ast.StarExpr:
-		return scalar(pkg, t.X, g)
 	}
-	return "value"
+	panic(fmt.Sprintf("refdoc: no words for type %#v; add them to scalar", e))
 }
 
 func yamlName(f *ast.Field) string {
@@ -330,189 +378,445 @@ func join(path, name string) string {
 	return path + "." + name
 }
 
-func field(v reflect.Value, name string) reflect.Value {
-	if !v.IsValid() {
-		return v
-	}
-	return v.FieldByName(name)
+// ---- Step 2: defaults, read from the relay's own defaulting ----
+
+// samples are configurations defaulted by the relay, and the problems its
+// validation finds in them, by field path ("sinks.nats.nats.url").
+type samples struct {
+	plain, ably       *config.Config
+	plainReq, ablyReq map[string]string
 }
 
-// sampleKey is the entry of a map the defaults are read from: the sink of
-// the type the block configures.
-func sampleKey(p string) string {
-	if strings.HasPrefix(p, "sinks") {
-		return "kafka"
-	}
-	return "main"
-}
-
-var goWord = regexp.MustCompile(`\b[A-Z][A-Za-z0-9]*\b('s)?`)
-
-// clean turns the Go field names of a comment into YAML names and drops
-// pointers into the source tree.
-func clean(s string, goNames map[string]string) string {
-	s = strings.Join(strings.Fields(s), " ")
-	s = regexp.MustCompile(`\s*\((see )?internal/[a-z/]+[^)]*\)`).ReplaceAllString(s, "")
-	s = regexp.MustCompile(`internal/[a-z/]+`).ReplaceAllString(s, "the relay")
-	return goWord.ReplaceAllStringFunc(s, func(w string) string {
-		if strings.HasSuffix(w, "'s") {
-			return w // a name in prose: "Ably's API"
+// newSamples builds one database, one sink of each type (named after its
+// type) and one source with a route, discovery and retention, all with
+// every field left unset, so that validation reports what is required.
+// The ably sample is the same with the webhook sink's ably preset.
+func newSamples() samples {
+	build := func(webhookPreset string) (*config.Config, map[string]string) {
+		cfg := &config.Config{
+			Databases: map[string]config.Database{"main": {}},
+			Sinks: map[string]config.Sink{
+				"kafka":    {Type: "kafka", SASL: &config.SASL{}, TLS: &config.TLS{}},
+				"rabbitmq": {Type: "rabbitmq", RabbitMQ: &rabbitmq.Config{}},
+				"mqtt":     {Type: "mqtt", MQTT: &mqtt.Config{}},
+				"webhook":  {Type: "webhook", Webhook: &webhook.Config{Preset: webhookPreset}},
+				"nats":     {Type: "nats", NATS: &nats.Config{}},
+				"redis":    {Type: "redis", Redis: &redis.Config{}},
+			},
+			Sources: []config.Source{{Routes: []config.Route{{}}, Discover: &config.Discover{},
+				Retention: &config.Retention{}}},
 		}
-		if y, ok := goNames[w]; ok {
-			return "`" + y + "`"
+		cfg.ApplyDefaults()
+		required := map[string]string{}
+		var verr *config.ValidationError
+		if err := cfg.Validate(); errors.As(err, &verr) {
+			for _, pr := range verr.Problems {
+				if strings.HasPrefix(pr.Message, "required") {
+					required[pr.Path] = pr.Message
+				}
+			}
 		}
-		return w
-	})
+		return cfg, required
+	}
+	var s samples
+	s.plain, s.plainReq = build("")
+	s.ably, s.ablyReq = build(webhook.PresetAbly)
+	return s
 }
 
-func cell(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
-
-// special are defaults the defaulting computes from other settings.
-var special = map[string]string{
-	"sinks.<name>.timeout":           "the larger of 35s and the sink's own delivery or confirm timeout + 5s",
-	"sources[].database":             "the only database",
-	"sources[].sink":                 "the only sink",
-	"sources[].manage_table":         "true for preset kafka-outbox, else false",
-	"databases.<name>.dsn":           "required (or the override variable)",
-	"sinks.<name>.type":              "required",
-	"sources[].name":                 "required",
-	"sources[].retention.older_than": "required in a retention block",
-	"sources[].routes[].sink":        "required",
-	"sources[].routes[].name":        "route0, route1, …",
-	"sources[].discover.tables":      "outbox, outbox_events",
-	"sinks.<name>.brokers":           "required for type kafka",
-	"sinks.<name>.webhook.url":       "required (but with the ably preset)",
-	"sinks.<name>.mqtt.client_id":    "outbox-relay-<random>",
-	"sources[].table":                "required (or discover)",
-	"sources[].discover.schemas":     "required in a discover block",
-}
-
-func def(p string, v reflect.Value) string {
-	if d, ok := special[p]; ok {
+// defaultAt is the default of the field at doc path p: derived, required,
+// or the value the defaulting left there.
+func (g *generator) defaultAt(p string) string {
+	if d, ok := derived[p]; ok {
 		return d
 	}
-	return value(v)
+	plain := sampleDefault(g.samples.plain, g.samples.plainReq, p)
+	if strings.HasPrefix(p, "sinks.<name>.webhook.") {
+		if ably := sampleDefault(g.samples.ably, g.samples.ablyReq, p); ably != plain {
+			return or(plain, "none") + "; with preset `ably`: " + or(ably, "none")
+		}
+	}
+	return plain
 }
 
+func sampleDefault(cfg *config.Config, required map[string]string, p string) string {
+	cp, key := concrete(p)
+	if msg, ok := required[cp]; ok {
+		return requiredText(msg, key)
+	}
+	return value(lookup(reflect.ValueOf(cfg), cp))
+}
+
+// concrete turns a doc path into the sample's path: sources[0].name,
+// sinks.rabbitmq.rabbitmq.url. It returns the map key it chose, if any.
+func concrete(p string) (string, string) {
+	p = strings.ReplaceAll(p, "[]", "[0]")
+	if rest, ok := strings.CutPrefix(p, "databases.<name>"); ok {
+		return "databases.main" + rest, "main"
+	}
+	if rest, ok := strings.CutPrefix(p, "sinks.<name>"); ok {
+		key := "kafka"
+		if block, _, _ := strings.Cut(strings.TrimPrefix(rest, "."), "."); slices.Contains(sinkBlocks, block) {
+			key = block
+		}
+		return "sinks." + key + rest, key
+	}
+	return p, ""
+}
+
+// requiredText shortens a validation message ("required (or set
+// OUTBOX_RELAY_DATABASE_MAIN_DSN)") to the default column's words.
+func requiredText(msg, key string) string {
+	_, alt, ok := strings.Cut(msg, "(or ")
+	if !ok {
+		return "required"
+	}
+	alt = strings.ReplaceAll(strings.TrimSuffix(alt, ")"), "_"+strings.ToUpper(key)+"_", "_<NAME>_")
+	return "required (or " + envVar.ReplaceAllString(alt, "`$0`") + ")"
+}
+
+var envVar = regexp.MustCompile(`OUTBOX_RELAY_[A-Z_<>]+`)
+
+// lookup follows a concrete path through v by YAML names.
+func lookup(v reflect.Value, p string) reflect.Value {
+	for _, seg := range strings.Split(p, ".") {
+		name, list := strings.CutSuffix(seg, "[0]")
+		v = deref(v)
+		if !v.IsValid() {
+			return v
+		}
+		if v.Kind() == reflect.Map {
+			v = v.MapIndex(reflect.ValueOf(name))
+		} else {
+			v = fieldByYAML(v, name)
+		}
+		if list {
+			if v = deref(v); !v.IsValid() || v.Len() == 0 {
+				return reflect.Value{}
+			}
+			v = v.Index(0)
+		}
+	}
+	return deref(v)
+}
+
+func fieldByYAML(v reflect.Value, name string) reflect.Value {
+	for i := range v.NumField() {
+		tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		if tag == name {
+			return v.Field(i)
+		}
+	}
+	return reflect.Value{}
+}
+
+func deref(v reflect.Value) reflect.Value {
+	for v.IsValid() && (v.Kind() == reflect.Pointer || v.Kind() == reflect.Interface) {
+		if v.IsNil() {
+			return reflect.Value{}
+		}
+		v = v.Elem()
+	}
+	return v
+}
+
+// value writes a default as the reference shows it: `30s`, `10`, `false`,
+// or "" when there is none.
 func value(v reflect.Value) string {
 	if !v.IsValid() {
 		return ""
 	}
-	for v.Kind() == reflect.Pointer {
-		if v.IsNil() {
-			return ""
-		}
-		v = v.Elem()
-	}
-	if v.IsZero() {
-		if v.Kind() == reflect.Bool {
-			return "`false`"
-		}
-		return ""
-	}
-	switch x := v.Interface().(type) {
-	case config.Duration:
-		return "`" + time.Duration(x).String() + "`"
-	}
 	if v.Kind() == reflect.Int64 && v.Type().Name() == "Duration" {
-		return "`" + time.Duration(v.Int()).String() + "`"
+		return "`" + duration(time.Duration(v.Int())) + "`"
 	}
 	switch v.Kind() {
+	case reflect.Bool:
+		return "`" + strconv.FormatBool(v.Bool()) + "`"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "`" + strconv.FormatInt(v.Int(), 10) + "`"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "`" + strconv.FormatUint(v.Uint(), 10) + "`"
+	case reflect.String:
+		if v.String() == "" {
+			return ""
+		}
+		return "`" + v.String() + "`"
 	case reflect.Slice:
 		var parts []string
 		for i := range v.Len() {
 			parts = append(parts, fmt.Sprint(v.Index(i).Interface()))
 		}
+		if len(parts) == 0 {
+			return ""
+		}
 		return "`" + strings.Join(parts, ", ") + "`"
-	case reflect.Map:
-		return ""
 	}
-	return "`" + fmt.Sprint(v.Interface()) + "`"
+	return "" // maps: no default entries
 }
 
-// defaults is a configuration with one database, one sink of each type and
-// one source with a route, a discovery rule and retention, defaulted as the
-// relay defaults a file.
-func defaults() *config.Config {
-	cfg := &config.Config{
-		Databases: map[string]config.Database{"main": {DSN: "postgres://x"}},
-		Sinks: map[string]config.Sink{
-			"kafka":    {Type: "kafka", Brokers: []string{"k:9092"}},
-			"rabbitmq": {Type: "rabbitmq", RabbitMQ: &rabbitmq.Config{}},
-			"mqtt":     {Type: "mqtt", MQTT: &mqtt.Config{}},
-			"webhook":  {Type: "webhook", Webhook: &webhook.Config{URL: "http://x"}},
-			"nats":     {Type: "nats", NATS: &nats.Config{}},
-			"redis":    {Type: "redis", Redis: &redis.Config{}},
-		},
-		Sources: []config.Source{{Name: "s", Table: "public.outbox", Sink: "kafka",
-			Routes:    []config.Route{{Sink: "kafka"}},
-			Discover:  &config.Discover{Schemas: ".*"},
-			Retention: &config.Retention{OlderThan: config.Duration(time.Hour)}}},
+// duration writes d as a user would: 5m rather than 5m0s.
+func duration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
 	}
-	cfg.ApplyDefaults()
-	// Each sink block's defaults, read from its own sink.
-	k := cfg.Sinks["kafka"]
-	k.RabbitMQ, k.MQTT, k.Webhook, k.NATS, k.Redis = cfg.Sinks["rabbitmq"].RabbitMQ, cfg.Sinks["mqtt"].MQTT,
-		cfg.Sinks["webhook"].Webhook, cfg.Sinks["nats"].NATS, cfg.Sinks["redis"].Redis
-	cfg.Sinks["kafka"] = k
-	return cfg
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
-func presets() string {
+func or(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
+}
+
+// ---- Step 3: meanings ----
+
+var (
+	acronym      = regexp.MustCompile(`^[A-Z]{2,}$`)
+	goWord       = regexp.MustCompile(`\b[A-Z][A-Za-z0-9]*\b`)
+	sourcePtr    = regexp.MustCompile(`\s*\((see )?(the )?internal/[a-z/]+[^)]*\)`)
+	sourcePath   = regexp.MustCompile(`internal/[a-z/]+`)
+	defaultWords = regexp.MustCompile(`[Dd]efault:? "?([^\s"(),;]*[^\s"(),;.])"?`)
+)
+
+// clean turns a Go comment into a meaning: one line, Go field names as
+// YAML names, no pointers into the source tree, no Go-only words.
+func clean(s string, goNames map[string]string) string {
+	s = strings.Join(strings.Fields(s), " ")
+	s = sourcePtr.ReplaceAllString(s, "")
+	s = sourcePath.ReplaceAllString(s, "the relay")
+	s = goPhrases.Replace(s)
+	return replaceWords(s, func(w, prev string) string {
+		y, ok := goNames[w]
+		// "JSON Schema" is a name, not the field Schema.
+		if !ok || acronym.MatchString(prev) {
+			return w
+		}
+		return "`" + y + "`"
+	})
+}
+
+// replaceWords calls f on every capitalised word of s with the word before it.
+func replaceWords(s string, f func(word, prev string) string) string {
 	var b strings.Builder
-	b.WriteString("\n## Presets (`sources[].preset`)\n\nEach preset sets `sources[].layout` fields; any of them can be set again under `layout`.\n\n")
-	b.WriteString("| preset | id | payload | topic | key | partition key | headers | state |\n|---|---|---|---|---|---|---|---|\n")
-	for _, name := range layout.PresetNames() {
-		p := layout.Presets[name]
-		st := p.State.Mode
+	last := 0
+	for _, m := range goWord.FindAllStringIndex(s, -1) {
+		if m[1] < len(s) && s[m[1]] == '\'' { // a name in prose: "Ably's API"
+			continue
+		}
+		before := strings.Fields(s[:m[0]])
+		prev := ""
+		if len(before) > 0 {
+			prev = before[len(before)-1]
+		}
+		b.WriteString(s[last:m[0]])
+		b.WriteString(f(s[m[0]:m[1]], prev))
+		last = m[1]
+	}
+	b.WriteString(s[last:])
+	return b.String()
+}
+
+func dropTypeName(doc, name string) string {
+	doc = strings.TrimSpace(doc)
+	rest, ok := strings.CutPrefix(doc, name+" ")
+	if !ok {
+		return doc
+	}
+	for _, verb := range []string{"is ", "are "} {
+		rest = strings.TrimPrefix(rest, verb)
+	}
+	if rest == "" {
+		return doc
+	}
+	return strings.ToUpper(rest[:1]) + rest[1:]
+}
+
+// seeAbove is the meaning of a field that shares the comment of the field
+// before it ("cert_file and key_file are ..."): the nearest earlier row with
+// a comment of its own, if that comment names the field.
+func seeAbove(name string, earlier []row) string {
+	word := regexp.MustCompile("(^|[^a-z_])`?" + regexp.QuoteMeta(name) + "`?($|[^a-z_])")
+	for i := len(earlier) - 1; i >= 0; i-- {
+		if strings.HasPrefix(earlier[i].meaning, "See `") {
+			continue
+		}
+		if word.MatchString(earlier[i].meaning) {
+			return "See `" + earlier[i].path + "`."
+		}
+		break
+	}
+	return ""
+}
+
+// dropDefault removes a "default X" from a meaning when the default column
+// says the same, so that the two cannot drift apart; a comment's default
+// that differs from the code's is kept, for a reader to notice.
+func dropDefault(meaning, def string) string {
+	for _, m := range defaultWords.FindAllStringSubmatchIndex(meaning, -1) {
+		if !sameValue(meaning[m[2]:m[3]], def) {
+			continue
+		}
+		start, end := m[0], m[1]
+		before, after := meaning[:start], meaning[end:]
 		switch {
-		case p.State.Status != "":
-			st += " (`" + p.State.Status + "`: " + p.State.Pending + " / " + p.State.Published + " / " + p.State.Failed + ")"
-		case p.State.Flag != "":
-			st += " (`" + p.State.Flag + "`)"
-		}
-		if len(p.State.PublishedAt) > 0 {
-			st += ", published at `" + strings.Join(p.State.PublishedAt, "` or `") + "`"
-		}
-		if p.State.Errored != "" {
-			st += ", errored `" + p.State.Errored + "`"
-		}
-		q := func(s string) string {
-			if s == "" {
-				return ""
+		case strings.HasSuffix(before, "(") && strings.HasPrefix(after, ")"):
+			start, end = start-1, end+1
+			start -= len(before[:start]) - len(strings.TrimRight(before[:start], " "))
+		case strings.HasSuffix(before, ", ") && (after == "" || strings.HasPrefix(after, ".")):
+			start -= 2
+		case (before == "" || strings.HasSuffix(before, ". ")) && (after == "" || strings.HasPrefix(after, ".")):
+			if after != "" {
+				end++
 			}
-			return "`" + s + "`"
+		default:
+			continue
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", name, q(p.ID), q(p.Payload), q(p.Topic), q(p.Key),
-			q(p.PartitionKey), q(p.Headers), st)
+		return dropDefault(strings.TrimSpace(meaning[:start]+meaning[end:]), def)
+	}
+	return meaning
+}
+
+// sameValue reports whether a comment's "default X" is the default column's.
+func sameValue(said, def string) bool {
+	def = strings.Trim(def, "`")
+	if said == def {
+		return true
+	}
+	a, err1 := time.ParseDuration(said)
+	b, err2 := time.ParseDuration(def)
+	return err1 == nil && err2 == nil && a == b
+}
+
+func cell(s string) string { return strings.ReplaceAll(s, "|", "\\|") }
+
+// leaks lists the Go identifiers (CamelCase names the packages declare,
+// and package names) that text still names.
+func (g *generator) leaks(text string) []string {
+	var out []string
+	for _, w := range regexp.MustCompile(`[A-Za-z][A-Za-z0-9]*`).FindAllString(text, -1) {
+		camel := g.goIdents[w] && regexp.MustCompile(`[a-z][A-Z]`).MatchString(w)
+		if (camel || w == "sinktls" || w == "sinkconf") && !slices.Contains(out, w) {
+			out = append(out, w)
+		}
+	}
+	if strings.Contains(text, "internal/") {
+		out = append(out, "internal/")
+	}
+	return out
+}
+
+// ---- Step 4: presets and the environment ----
+
+// presets lists each preset's layout by its YAML fields, with the comment
+// that introduces it in the layout package.
+func (g *generator) presets() string {
+	comments := map[string]string{}
+	for _, f := range g.files {
+		cmap := ast.NewCommentMap(g.fset, f, f.Comments)
+		ast.Inspect(f, func(n ast.Node) bool {
+			if kv, ok := n.(*ast.KeyValueExpr); ok {
+				if lit, ok := kv.Key.(*ast.BasicLit); ok && lit.Kind == token.STRING && len(cmap[kv]) > 0 {
+					name, _ := strconv.Unquote(lit.Value)
+					comments[name] = cmap[kv][0].Text()
+				}
+			}
+			return true
+		})
+	}
+	var b strings.Builder
+	b.WriteString("\n## Presets (`sources[].preset`)\n\nA preset fills `sources[].layout`; any field can be set again under `layout`.\n\n")
+	b.WriteString("| preset | for | layout |\n|---|---|---|\n")
+	for _, name := range layout.PresetNames() {
+		what := strings.Join(strings.Fields(comments[name]), " ")
+		what = strings.TrimPrefix(what, name+": ")
+		what = regexp.MustCompile(`\s*\(seed [^)]*\)`).ReplaceAllString(what, "")
+		if what != "" {
+			what = strings.ToUpper(what[:1]) + what[1:]
+		}
+		var fields []string
+		flatten(reflect.ValueOf(layout.Presets[name]), "", &fields)
+		fmt.Fprintf(&b, "| `%s` | %s | %s |\n", name, cell(what), cell(strings.Join(fields, ", ")))
 	}
 	return b.String()
 }
 
-var _ = slices.Sort[[]string]
+// flatten lists the set fields of a layout as `path`: `value`.
+func flatten(v reflect.Value, path string, out *[]string) {
+	for i := range v.NumField() {
+		name, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		f := v.Field(i)
+		switch {
+		case f.Kind() == reflect.Struct:
+			flatten(f, join(path, name), out)
+		case !f.IsZero():
+			*out = append(*out, "`"+join(path, name)+"`: "+value(f))
+		}
+	}
+}
+
+// environment is the Environment section; its table is the list of
+// overrides in the comment of config.Parse.
+func (g *generator) environment() (string, error) {
+	var rows []string
+	for _, d := range g.files["config/load.go"].Decls {
+		fd, ok := d.(*ast.FuncDecl)
+		if !ok || fd.Name.Name != "Parse" {
+			continue
+		}
+		for _, line := range strings.Split(fd.Doc.Text(), "\n") {
+			name, sets, ok := strings.Cut(strings.TrimSpace(line), "  ")
+			if ok && strings.HasPrefix(line, "\t") {
+				rows = append(rows, fmt.Sprintf("| `%s` | %s |", name, strings.TrimSpace(sets)))
+			}
+		}
+	}
+	if len(rows) == 0 {
+		return "", fmt.Errorf("no environment overrides found in the comment of config.Parse (internal/config/load.go)")
+	}
+	for i, r := range rows { // paths in backquotes
+		rows[i] = regexp.MustCompile(`\| ([a-z_]+(\.[a-z_<>]+)+)`).ReplaceAllString(r, "| `$1`")
+	}
+	return environmentIntro + strings.Join(rows, "\n") + "\n" + environmentOutro, nil
+}
 
 const header = `# Configuration reference
 
-This file is generated from the relay's configuration types (` + "`make docs`" + `); a test fails when it is out of date.
-A configuration is one YAML file (` + "`--config`" + `, default ` + "`relay.yaml`" + `); ` + "`${NAME}`" + ` anywhere in it is replaced by the
-environment variable NAME (see Environment below). Durations are written ` + "`250ms`" + `, ` + "`30s`" + `, ` + "`5m`" + `. A path such as
-` + "`sinks.<name>.timeout`" + ` names the field in every entry of a map; ` + "`sources[]`" + ` every item of a list. Empty default: none (the
-feature is off, or the value is optional).
+This file is generated from the relay's configuration types by ` + "`make docs`" + `; a test fails when it is out of
+date, so edit the comments in the code rather than this file.
+
+A configuration is one YAML file (` + "`--config`" + `, default ` + "`relay.yaml`" + `). A path such as
+` + "`sinks.<name>.timeout`" + ` names the field in every entry of a map (here, every sink), and ` + "`sources[]`" + ` every
+item of a list. Durations are written ` + "`250ms`" + `, ` + "`30s`" + `, ` + "`5m`" + `, ` + "`1h30m`" + `. A default of "none" means the
+field is empty unless set: the feature is off, or the value is optional. An unknown key is an error naming its
+path and line. ` + "`${NAME}`" + ` in a string value is replaced by the environment variable NAME (see
+[Environment](#environment)).
 `
 
-const environment = `
+const environmentIntro = `
 ## Environment
 
-` + "`${NAME}`" + ` in the file is replaced by the variable NAME; an unset variable is an error naming the field, unless an
-override below sets that field. Overrides (NAME is the database or sink name upper-cased, other characters as ` + "`_`" + `;
-each has a ` + "`_FILE`" + ` variant naming a file that holds the value, for mounted secrets):
+` + "`${NAME}`" + ` in any string value of the file is replaced by the environment variable NAME, where NAME matches
+` + "`[A-Za-z_][A-Za-z0-9_]*`" + `; any other ` + "`$`" + ` is kept as written, and numbers, booleans and durations are not expanded.
+A reference to an unset variable is an error naming the field, unless an override below sets that field.
+
+Overrides set a field whatever the file says. In their names, ` + "`<NAME>`" + ` is a database or sink name from the file,
+upper-cased, with every character other than A-Z and 0-9 replaced by ` + "`_`" + ` (the database ` + "`billing-eu`" + ` becomes
+` + "`BILLING_EU`" + `); they apply only to databases and sinks the file declares.
 
 | variable | sets |
 |---|---|
-| ` + "`OUTBOX_RELAY_DATABASE_<NAME>_DSN`" + ` | ` + "`databases.<name>.dsn`" + ` |
-| ` + "`OUTBOX_RELAY_SINK_<NAME>_BROKERS`" + ` | ` + "`sinks.<name>.brokers`" + ` (comma-separated) |
-| ` + "`OUTBOX_RELAY_SINK_<NAME>_SASL_PASSWORD`" + ` | ` + "`sinks.<name>.sasl.password`" + ` |
-| ` + "`OUTBOX_RELAY_LOG_LEVEL`" + ` | ` + "`log.level`" + ` |
-| ` + "`OUTBOX_RELAY_ADMIN_LISTEN`" + ` | ` + "`admin.listen`" + ` |
-| ` + "`DATABASE_URL`" + ` | the dsn of the only database, when the file gives none |
+`
+
+const environmentOutro = `
+Each ` + "`OUTBOX_RELAY_`" + ` variable also has a ` + "`_FILE`" + ` variant (` + "`OUTBOX_RELAY_LOG_LEVEL_FILE`" + `, ...) whose value is the path of a
+file holding the value, as mounted secrets are; trailing newlines are trimmed. Setting both a variable and its
+` + "`_FILE`" + ` variant is an error; a variable set to the empty string counts as unset, and an empty file is an error.
+Values taken from overrides are used as they are, never expanded. A broker list may also be separated by white
+space, so a ` + "`_FILE`" + ` may hold one broker per line. An override for a sink without a ` + "`sasl`" + ` block adds one, which then
+needs its ` + "`mechanism`" + ` and ` + "`username`" + ` set in the file.
 `

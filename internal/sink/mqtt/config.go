@@ -34,6 +34,7 @@ type Config struct {
 	// ClientID identifies the connection; default outbox-relay-<random>.
 	// Two relays must not share one: the server drops the older connection.
 	ClientID string `yaml:"client_id"`
+	// Username and Password authenticate to the server.
 	Username string `yaml:"username"`
 	Password string `yaml:"password"`
 	// KeepAlive is the interval of keep-alive pings.
