@@ -46,7 +46,8 @@ lint: ## Check formatting (gofmt) and run go vet, plus golangci-lint if installe
 	else echo "golangci-lint not installed; skipped"; fi
 
 docs: ## Regenerate docs/config.md from the configuration types (a test fails when it is stale).
-	$(GO) run ./internal/config/refdoc > docs/config.md
+	$(GO) run ./internal/config/refdoc > docs/config.md.tmp
+	mv docs/config.md.tmp docs/config.md
 
 bench: ## Run the benchmarks.
 	$(GO) test -run '^$$' -bench . -benchmem ./...

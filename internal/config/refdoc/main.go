@@ -99,7 +99,7 @@ var sinkBlocks = []string{"rabbitmq", "mqtt", "webhook", "nats", "redis"}
 var derived = map[string]string{
 	"sinks.<name>.type":           "required",
 	"sinks.<name>.webhook.preset": "none (a plain webhook)",
-	"sinks.<name>.partitioner":    "`murmur2` (when empty)",
+	"sinks.<name>.partitioner":    "`murmur2`",
 	"sinks.<name>.timeout":        "`35s`, or the sink's own delivery, confirm, publish, ack or request timeout + 5s when that is longer",
 	"sources[].database":          "the only database; required when there are several",
 	"sources[].sink":              "the only sink; required when there are several",
