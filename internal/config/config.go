@@ -55,7 +55,7 @@ type Shutdown struct {
 
 // Database is one database connection.
 type Database struct {
-	Driver string `yaml:"driver"` // postgres (default)
+	Driver string `yaml:"driver"` // postgres (default) or mysql
 	// DSN is the connection string: postgres://user:password@host:5432/db
 	// for PostgreSQL, user:password@tcp(host:3306)/db for MySQL.
 	DSN      string `yaml:"dsn"`
