@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,16 +67,30 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}') RETURNING id
 	defer cancel()
 	bctx, cancel = context.WithTimeout(bctx, 60*time.Second)
 	defer cancel()
-	// The Replay button asks for a confirmation: accept it, as a user does.
+	// The Replay button asks for a confirmation: each one is answered as
+	// accept says, and its question kept.
+	var accept atomic.Bool
+	asked := make(chan string, 4)
 	dialogs := chromedp.Events(bctx, page.JavascriptDialogOpening)
 	go func() {
-		for _, err := range dialogs {
+		for ev, err := range dialogs {
 			if err != nil {
 				return
 			}
-			_, _ = chromedp.Call(bctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
+			asked <- ev.Message
+			_, _ = chromedp.Call(bctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: accept.Load()})
 		}
 	}()
+	question := func() string {
+		t.Helper()
+		select {
+		case m := <-asked:
+			return m
+		case <-time.After(10 * time.Second):
+			t.Fatal("the Replay button asked for no confirmation")
+			return ""
+		}
+	}
 	if err := chromedp.Do(bctx,
 		chromedp.Navigate("http://"+a.AdminAddr()+"/"),
 		chromedp.WaitVisible(`#sources tbody tr svg.chart polyline`),
@@ -88,9 +103,19 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}') RETURNING id
 	if err != nil {
 		t.Fatalf("screenshot: %v", err)
 	}
+	// Declined, the confirmation leaves the dead letter as it is.
 	if err := chromedp.Do(bctx, chromedp.Click(`#dead tbody tr button.replay`, chromedp.NodeVisible)); err != nil {
 		t.Fatalf("click Replay: %v", err)
 	}
+	if q := question(); !strings.Contains(q, "Replay event "+id) {
+		t.Errorf("the confirmation asks %q, want it to name event %s", q, id)
+	}
+	// Accepted, it replays.
+	accept.Store(true)
+	if err := chromedp.Do(bctx, chromedp.Click(`#dead tbody tr button.replay`, chromedp.NodeVisible)); err != nil {
+		t.Fatalf("click Replay: %v", err)
+	}
+	question()
 	msg, err := chromedp.Run(bctx, chromedp.Poll[string](`document.getElementById("msg").textContent`, chromedp.WithPollingTimeout(20*time.Second)))
 	if err != nil {
 		t.Fatalf("the console's answer: %v", err)
@@ -103,10 +128,19 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}') RETURNING id
 		t.Fatalf("after the click the console says %q", msg)
 	}
 	col.waitDistinct(t, 1, 10*time.Second)
+	// The token stays for the tab's session: a reload keeps it.
+	if err := chromedp.Do(bctx, chromedp.Reload(), chromedp.WaitVisible(`#sources tbody tr`)); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	if v, err := chromedp.Run(bctx, chromedp.Value(`#token`)); err != nil || v != "s3cret" {
+		t.Errorf("the token after a reload: %q (%v), want it kept in sessionStorage", v, err)
+	}
+	// One audit row, the accepted replay's: the declined click did nothing.
 	var actor string
-	if err := pool.QueryRow(ctx, `SELECT a.actor FROM outbox_relay.failed_event_audit a
-JOIN outbox_relay.failed_events f ON f.id = a.failed_event_id WHERE f.original_event_id = $1`, id).Scan(&actor); err != nil ||
-		!strings.HasPrefix(actor, "console:127.0.0.1:") {
-		t.Errorf("audit actor %q (%v), want the console's caller", actor, err)
+	var audits, replays int
+	if err := pool.QueryRow(ctx, `SELECT min(a.actor), count(*), min(f.replay_count) FROM outbox_relay.failed_event_audit a
+JOIN outbox_relay.failed_events f ON f.id = a.failed_event_id WHERE f.original_event_id = $1 AND a.action = 'replay'`, id).Scan(&actor, &audits, &replays); err != nil ||
+		!strings.HasPrefix(actor, "console:127.0.0.1:") || audits != 1 || replays != 1 {
+		t.Errorf("audit actor %q, %d audit rows, %d replays (%v), want one by the console's caller", actor, audits, replays, err)
 	}
 }
