@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -142,5 +143,52 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}') RETURNING id
 JOIN outbox_relay.failed_events f ON f.id = a.failed_event_id WHERE f.original_event_id = $1 AND a.action = 'replay'`, id).Scan(&actor, &audits, &replays); err != nil ||
 		!strings.HasPrefix(actor, "console:127.0.0.1:") || audits != 1 || replays != 1 {
 		t.Errorf("audit actor %q, %d audit rows, %d replays (%v), want one by the console's caller", actor, audits, replays, err)
+	}
+
+	// Two more dead letters; the filter by event type shows one of them,
+	// and its Purge button, confirmed, deletes its record alone.
+	refuse = c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.InvalidRecord, Count: -1})
+	dead := map[string]string{} // event type -> dead letter id
+	for _, typ := range []string{"order.cancelled", "order.shipped"} {
+		var ev string
+		if err := pool.QueryRow(ctx, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload)
+VALUES ('Order', gen_random_uuid(), $1, 'orders', '{}') RETURNING id::text`, typ).Scan(&ev); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 20*time.Second, "the "+typ+" dead letter", func() (bool, string) {
+			var dl string
+			err := pool.QueryRow(ctx, "SELECT id::text FROM outbox_relay.failed_events WHERE original_event_id = $1", ev).Scan(&dl)
+			dead[typ] = dl
+			return err == nil, fmt.Sprint(err)
+		})
+	}
+	refuse.Remove()
+	purged := dead["order.cancelled"]
+	if err := chromedp.Do(bctx,
+		chromedp.SendKeys(`#filter input[name=event_type]`, "order.cancelled"),
+		chromedp.Click(`#filter button`, chromedp.NodeVisible),
+	); err != nil {
+		t.Fatalf("filter: %v", err)
+	}
+	if _, err := chromedp.Run(bctx, chromedp.Poll[bool](`(() => { const rows = document.querySelectorAll("#dead tbody tr");
+  return rows.length === 1 && rows[0].dataset.id === "`+purged+`"; })()`, chromedp.WithPollingTimeout(10*time.Second))); err != nil {
+		t.Fatalf("the filter by event type never showed the order.cancelled dead letter alone: %v", err)
+	}
+	if err := chromedp.Do(bctx, chromedp.Click(`#dead tbody tr button.purge`, chromedp.NodeVisible)); err != nil {
+		t.Fatalf("click Purge: %v", err)
+	}
+	if q := question(); !strings.Contains(q, "Purge") {
+		t.Errorf("the purge's confirmation asks %q", q)
+	}
+	if msg, err := chromedp.Run(bctx, chromedp.Poll[string](`document.getElementById("msg").textContent`,
+		chromedp.WithPollingTimeout(20*time.Second))); err != nil || !strings.Contains(msg, "purged 1") {
+		t.Fatalf("after the Purge click the console says %q (%v)", msg, err)
+	}
+	var left, kept int
+	_ = pool.QueryRow(ctx, "SELECT count(*) FILTER (WHERE id::text = $1), count(*) FILTER (WHERE id::text = $2) FROM outbox_relay.failed_events",
+		purged, dead["order.shipped"]).Scan(&left, &kept)
+	if err := pool.QueryRow(ctx, "SELECT actor FROM outbox_relay.failed_event_audit WHERE failed_event_id::text = $1 AND action = 'purge'",
+		purged).Scan(&actor); err != nil || left != 0 || kept != 1 || !strings.HasPrefix(actor, "console:127.0.0.1:") {
+		t.Errorf("after the purge: %d purged records left, %d others kept, audit actor %q (%v)", left, kept, actor, err)
 	}
 }
