@@ -33,6 +33,7 @@
 //	OUTBOX_RELAY_SINK_<NAME>_SASL_PASSWORD  sinks.<name>.sasl.password
 //	OUTBOX_RELAY_LOG_LEVEL                  log.level
 //	OUTBOX_RELAY_ADMIN_LISTEN               admin.listen
+//	OUTBOX_RELAY_ADMIN_TOKEN                admin.token (wins over admin.token_file too)
 //
 // Each variable also has a _FILE variant (OUTBOX_RELAY_LOG_LEVEL_FILE, ...)
 // whose value is the path of a file holding the value, as mounted secrets

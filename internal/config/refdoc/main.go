@@ -514,5 +514,6 @@ each has a ` + "`_FILE`" + ` variant naming a file that holds the value, for mou
 | ` + "`OUTBOX_RELAY_SINK_<NAME>_SASL_PASSWORD`" + ` | ` + "`sinks.<name>.sasl.password`" + ` |
 | ` + "`OUTBOX_RELAY_LOG_LEVEL`" + ` | ` + "`log.level`" + ` |
 | ` + "`OUTBOX_RELAY_ADMIN_LISTEN`" + ` | ` + "`admin.listen`" + ` |
+| ` + "`OUTBOX_RELAY_ADMIN_TOKEN`" + ` | ` + "`admin.token`" + ` (wins over ` + "`admin.token_file`" + ` too) |
 | ` + "`DATABASE_URL`" + ` | the dsn of the only database, when the file gives none |
 `
