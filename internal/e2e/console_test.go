@@ -25,8 +25,13 @@ import (
 
 // TestConsoleClickReplays drives the console in headless Chromium: it
 // lists a dead letter; with the token typed in, a real click on its Replay
-// button, the confirmation accepted, puts it back, and the row arrives.
-// A screenshot of the console is kept in the test's artifacts.
+// button asks for a confirmation that names the event: declined, nothing
+// changes; accepted, the dead letter is put back, the row arrives and one
+// audit row names the console's caller. The token survives a reload. Then
+// the filter by event type shows one of two new dead letters, and a
+// confirmed click on its Purge button deletes that record alone, audited.
+// A screenshot of the console is kept in the test's artifacts (go test
+// -artifacts -outputdir DIR keeps it under DIR/_artifacts).
 func TestConsoleClickReplays(t *testing.T) {
 	t.Parallel()
 	browser, err := exec.LookPath("chromium")
