@@ -77,8 +77,9 @@ func TestAPIChangesNeedTheToken(t *testing.T) {
 			t.Errorf("GET %s without a token: %d", path, rec.Code)
 		}
 	}
-	if rec := do(s, "GET", "/", "", ""); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "<title>outbox-relay</title>") {
-		t.Errorf("GET /: %d", rec.Code)
+	if rec := do(s, "GET", "/", "", ""); rec.Code != http.StatusOK || !strings.Contains(rec.Body.String(), "<title>outbox-relay</title>") ||
+		!strings.Contains(rec.Header().Get("Content-Security-Policy"), "frame-ancestors 'none'") {
+		t.Errorf("GET /: %d, Content-Security-Policy %q", rec.Code, rec.Header().Get("Content-Security-Policy"))
 	}
 	if rec := do(s, "GET", "/console/console.js", "", ""); rec.Code != http.StatusOK {
 		t.Errorf("GET /console/console.js: %d", rec.Code)

@@ -56,14 +56,12 @@ type deadLetter struct {
 func (c consoleAPI) DeadLetters(ctx context.Context, f admin.DeadFilter) (any, error) {
 	out := []deadLetter{}
 	for _, db := range slices.Sorted(mapsKeys(c.a.cfg.Databases)) {
-		evs, err := c.a.ListFailed(ctx, db, source.DLQFilter{Source: f.Source, EventType: f.EventType, Since: f.Since})
+		evs, err := c.a.ListFailed(ctx, db, source.DLQFilter{Source: f.Source, EventType: f.EventType, Since: f.Since,
+			Reason: f.Reason, Newest: true, Limit: f.Limit})
 		if err != nil {
 			return nil, fmt.Errorf("databases.%s: %w", db, err)
 		}
 		for _, e := range evs {
-			if f.Reason != "" && !strings.Contains(strings.ToLower(e.Reason), strings.ToLower(f.Reason)) {
-				continue
-			}
 			out = append(out, deadLetter{ID: e.ID, Database: db, Source: e.Source, OriginalEventID: e.OriginalEventID,
 				EventType: e.EventType, Topic: e.Topic, Reason: e.Reason, FailureCount: e.FailureCount,
 				FirstFailedAt: e.FirstFailedAt, LastFailedAt: e.LastFailedAt})

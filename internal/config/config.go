@@ -42,8 +42,10 @@ type Admin struct {
 	// "off" disables the server.
 	Listen string `yaml:"listen"`
 	// Token is the bearer token that the console and the admin API's
-	// changes (replaying dead letters) need; without one they are refused.
-	// TokenFile names a file holding it instead (mounted secrets).
+	// changes (replaying and purging dead letters) need; without one they
+	// are refused. TokenFile names a file holding it instead (mounted
+	// secrets), read at start. OUTBOX_RELAY_ADMIN_TOKEN (or its _FILE
+	// variant) wins over both.
 	Token     string `yaml:"token"`
 	TokenFile string `yaml:"token_file"`
 }

@@ -160,7 +160,8 @@ func applyEnv(cfg *Config, env func(string) (string, bool), ps *problems) {
 
 	override("log.level", envLogLevel, func(s string) { cfg.Log.Level = s })
 	override("admin.listen", envAdminListen, func(s string) { cfg.Admin.Listen = s })
-	override("admin.token", envAdminToken, func(s string) { cfg.Admin.Token = s })
+	// The variable wins over the file's admin.token and admin.token_file alike.
+	override("admin.token", envAdminToken, func(s string) { cfg.Admin.Token, cfg.Admin.TokenFile = s, "" })
 }
 
 // splitList splits a list separated by commas or white space (so a file may

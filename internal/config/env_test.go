@@ -258,3 +258,54 @@ sources:
 		t.Errorf("with only the dsn overridden: %v; want the unset KAFKA_BROKER named, not DATABASE_URL", err)
 	}
 }
+
+// TestAdminToken: the admin API's token comes from admin.token,
+// admin.token_file, OUTBOX_RELAY_ADMIN_TOKEN or its _FILE variant; the
+// variable wins over both settings of the file.
+func TestAdminToken(t *testing.T) {
+	file := writeSecret(t, "from-token-file\n")
+	tests := []struct {
+		name, admin string
+		env         map[string]string
+		want        string
+	}{
+		{"none", ``, nil, ""},
+		{"token", `{token: from-yaml}`, nil, "from-yaml"},
+		{"token_file", `{token_file: ` + file + `}`, nil, "from-token-file"},
+		{"env", `{token: from-yaml}`, map[string]string{"OUTBOX_RELAY_ADMIN_TOKEN": "from-env"}, "from-env"},
+		{"env over token_file", `{token_file: ` + file + `}`, map[string]string{"OUTBOX_RELAY_ADMIN_TOKEN": "from-env"}, "from-env"},
+		{"env _FILE", ``, map[string]string{"OUTBOX_RELAY_ADMIN_TOKEN_FILE": writeSecret(t, "from-env-file\r\n")}, "from-env-file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			doc := envBase
+			if tt.admin != "" {
+				doc += "admin: " + tt.admin + "\n"
+			}
+			env := map[string]string{"DATABASE_URL": "postgres://h/db"}
+			for k, v := range tt.env {
+				env[k] = v
+			}
+			cfg, err := Parse([]byte(doc), mapEnv(env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, err := cfg.Admin.BearerToken()
+			if err != nil || got != tt.want {
+				t.Errorf("token %q (%v), want %q", got, err, tt.want)
+			}
+			if cfg.Admin.Listen != "127.0.0.1:9090" {
+				t.Errorf("admin.listen defaults to %q, want 127.0.0.1:9090 (this machine only)", cfg.Admin.Listen)
+			}
+		})
+	}
+	both := envBase + "admin: {token: a, token_file: " + file + "}\n"
+	if _, err := Parse([]byte(both), mapEnv(map[string]string{"DATABASE_URL": "postgres://h/db"})); err == nil ||
+		!strings.Contains(err.Error(), "admin.token_file: set admin.token or admin.token_file, not both") {
+		t.Errorf("token and token_file both set: %v", err)
+	}
+	empty := Admin{TokenFile: writeSecret(t, "\n")}
+	if _, err := empty.BearerToken(); err == nil || !strings.Contains(err.Error(), "is empty") {
+		t.Errorf("an empty token_file: %v", err)
+	}
+}

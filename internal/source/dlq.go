@@ -29,7 +29,13 @@ type DLQFilter struct {
 	EventType       string
 	Since           time.Time
 	IncludeReplayed bool
-	Limit           int
+	// Reason selects the dead letters whose failure reason contains it,
+	// in any case.
+	Reason string
+	// Newest orders the newest failure first; else the oldest dead letter
+	// comes first.
+	Newest bool
+	Limit  int
 }
 
 // MigrationStatus is one of the relay's schema migrations.

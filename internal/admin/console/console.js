@@ -3,7 +3,7 @@
 "use strict";
 const token = document.getElementById("token");
 token.value = sessionStorage.getItem("outbox-relay-token") || "";
-token.addEventListener("change", () => sessionStorage.setItem("outbox-relay-token", token.value));
+token.addEventListener("input", () => sessionStorage.setItem("outbox-relay-token", token.value));
 const msg = (text, error) => { const m = document.getElementById("msg"); m.textContent = text; m.className = error ? "error" : ""; };
 const cell = (tr, text, cls) => { const td = tr.insertCell(); td.textContent = text; if (cls) td.className = cls; return td; };
 const age = (s) => s < 1 ? "0s" : s < 120 ? Math.round(s) + "s" : Math.round(s / 60) + "m";
@@ -29,7 +29,9 @@ function chart(values) {
 
 async function sources() {
   const r = await fetch("/api/sources");
-  const { sources: list, history } = await r.json();
+  const out = await r.json();
+  if (!r.ok) { msg(out.error, true); return; }
+  const { sources: list, history } = out;
   const body = document.querySelector("#sources tbody");
   body.replaceChildren();
   for (const s of list) {
@@ -100,4 +102,4 @@ async function refresh() {
 }
 document.getElementById("filter").addEventListener("submit", (e) => { e.preventDefault(); refresh(); });
 refresh();
-setInterval(sources, 5000);
+setInterval(() => sources().catch((e) => msg(String(e), true)), 5000);

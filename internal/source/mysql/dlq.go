@@ -21,7 +21,8 @@ type FailedEvent = source.FailedEvent
 // DLQFilter selects dead letters.
 type DLQFilter = source.DLQFilter
 
-// ListFailed returns dead letters matching f, oldest first.
+// ListFailed returns dead letters matching f, oldest first (with f.Newest,
+// the newest failure first).
 func ListFailed(ctx context.Context, db *sql.DB, relayDB string, f DLQFilter) ([]FailedEvent, error) {
 	if relayDB == "" {
 		relayDB = DefaultRelayDatabase
@@ -51,6 +52,9 @@ func ListFailed(ctx context.Context, db *sql.DB, relayDB string, f DLQFilter) ([
 	if !f.Since.IsZero() {
 		where, args = append(where, "first_failed_at >= ?"), append(args, f.Since.UTC())
 	}
+	if f.Reason != "" {
+		where, args = append(where, "LOCATE(LOWER(?), LOWER(failure_reason)) > 0"), append(args, f.Reason)
+	}
 	if !f.IncludeReplayed {
 		where = append(where, "replayed_at IS NULL")
 	}
@@ -61,7 +65,11 @@ FROM ` + QuoteIdent(relayDB) + `.failed_events`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at, id"
+	if f.Newest {
+		q += " ORDER BY last_failed_at DESC, id DESC"
+	} else {
+		q += " ORDER BY created_at, id"
+	}
 	if f.Limit > 0 {
 		q += " LIMIT ?"
 		args = append(args, f.Limit)

@@ -18,7 +18,8 @@ type FailedEvent = source.FailedEvent
 // DLQFilter selects dead letters.
 type DLQFilter = source.DLQFilter
 
-// ListFailed returns dead letters matching f, oldest first.
+// ListFailed returns dead letters matching f, oldest first (with f.Newest,
+// the newest failure first).
 func ListFailed(ctx context.Context, pool *pgxpool.Pool, relaySchema string, f DLQFilter) ([]FailedEvent, error) {
 	var (
 		where []string
@@ -43,6 +44,9 @@ func ListFailed(ctx context.Context, pool *pgxpool.Pool, relaySchema string, f D
 	if !f.Since.IsZero() {
 		where = append(where, "first_failed_at >= "+arg(f.Since))
 	}
+	if f.Reason != "" {
+		where = append(where, "strpos(lower(failure_reason), lower("+arg(f.Reason)+")) > 0")
+	}
 	if !f.IncludeReplayed {
 		where = append(where, "replayed_at IS NULL")
 	}
@@ -53,7 +57,11 @@ FROM ` + QuoteIdent(relaySchema) + `.failed_events`
 	if len(where) > 0 {
 		q += " WHERE " + strings.Join(where, " AND ")
 	}
-	q += " ORDER BY created_at, id"
+	if f.Newest {
+		q += " ORDER BY last_failed_at DESC, id DESC"
+	} else {
+		q += " ORDER BY created_at, id"
+	}
 	if f.Limit > 0 {
 		q += " LIMIT " + arg(f.Limit)
 	}
