@@ -354,7 +354,9 @@ VALUES ($1 || ($2::int % $3::int)::text, $4, jsonb_build_object('n', $2::int)) R
 		lat = append(lat, got.Sub(at))
 	}
 	slices.Sort(lat)
-	q := func(f float64) time.Duration { return lat[min(len(lat)-1, int(f*float64(len(lat))))].Round(time.Millisecond) }
+	q := func(f float64) time.Duration {
+		return lat[min(len(lat)-1, int(f*float64(len(lat))))].Round(time.Millisecond)
+	}
 	var dead, charged int
 	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_relay.failed_events),
   (SELECT count(*) FROM outbox_relay.retry_state WHERE attempts > 0)`).Scan(&dead, &charged); err != nil {
