@@ -78,13 +78,14 @@ func freePort(t *testing.T) int {
 }
 
 // TestChaosBrokerRestartUnderLoad guards the Kafka sink's reconnection and
-// the idempotent producer's state across a broker that persists its log and
-// producer state (kfake with a data directory) and is closed and started
-// again on the same port while a backlog drains and rows keep coming. The
-// broker is back within the sink's delivery timeout, so records caught in
-// flight are retried by the client with their producer sequence, and a
-// restart is made only once rows have reached the broker started before
-// it. Everything is read back from the last broker: the records of every
+// the relay's retry of failed publishes across a broker that persists its
+// log and producer state (kfake with a data directory) and is closed and
+// started again on the same port while a backlog drains and rows keep
+// coming. Every other time the broker is back within the sink's delivery
+// timeout, so records caught in flight are retried by the client itself;
+// the other times it stays away until the relay has seen publishes fail
+// and scheduled their rows again. A restart is made only once rows have
+// reached the broker started before it. Everything is read back from the last broker: the records of every
 // incarnation are there, nothing is lost, each key's first deliveries are
 // in order, nothing is dead-lettered; duplicates are counted.
 func TestChaosBrokerRestartUnderLoad(t *testing.T) {
@@ -118,7 +119,11 @@ func TestChaosBrokerRestartUnderLoad(t *testing.T) {
 	fillChaos(t, pool, l, "orders", "k", backlog, keys, 0)
 	// Small batches, so that the backlog is still draining across the
 	// restarts.
-	a, _ := runApp(t, baseConfig(dsn, brokers, chaosSource(20, 2)))
+	cfg := baseConfig(dsn, brokers, chaosSource(20, 2))
+	s := cfg.Sinks["kafka"]
+	s.Timeout, s.DeliveryTimeout = config.Duration(3*time.Second), config.Duration(2*time.Second)
+	cfg.Sinks["kafka"] = s
+	a, _ := runApp(t, cfg)
 	live := collect(t, brokers, "orders")
 	stopInserts := steadyInserts(t, pool, l, "orders", "k", keys, backlog, 3*time.Millisecond)
 	published := countPublished(pool)
@@ -133,10 +138,22 @@ func TestChaosBrokerRestartUnderLoad(t *testing.T) {
 			return n >= from+100, fmt.Sprintf("%d delivered, %d before", n, from)
 		})
 		before = append(before, published())
+		retried := gathered(t, a, "outbox_relay_events_retried_total", "source", "chaos")
 		mu.Lock()
 		c.Close()
 		mu.Unlock()
-		time.Sleep(300 * time.Millisecond) // the broker stays away a moment: the fault's length
+		if i%2 == 1 {
+			// Back within the delivery timeout: the client retries.
+			time.Sleep(300 * time.Millisecond) // the fault's length, not a synchronisation
+		} else {
+			// Away until publishes fail: the relay keeps the rows
+			// and retries them.
+			waitFor(t, 30*time.Second, fmt.Sprintf("the relay to retry rows while the broker is down (restart %d)", i),
+				func() (bool, string) {
+					n := gathered(t, a, "outbox_relay_events_retried_total", "source", "chaos")
+					return n > retried, fmt.Sprintf("%.0f retried, %.0f before", n, retried)
+				})
+		}
 		start()
 	}
 	from := delivered()
@@ -157,7 +174,7 @@ func TestChaosBrokerRestartUnderLoad(t *testing.T) {
 		}
 	}
 	retried := gathered(t, a, "outbox_relay_events_retried_total", "source", "chaos")
-	t.Logf("%d rows (%d backlog), %d broker restarts with %v rows published before each, %.0f rows retried by the relay: %s",
+	t.Logf("%d rows (%d backlog), %d broker restarts (odd ones back within the delivery timeout, even ones once publishes failed) with %v rows published before each, %.0f rows retried by the relay: %s",
 		committed, backlog, restarts, before, retried, rep)
 	if !rep.OK() {
 		t.Error(rep)
