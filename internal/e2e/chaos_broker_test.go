@@ -66,6 +66,37 @@ VALUES ($1 || ($2::int % $3::int)::text, $4, jsonb_build_object('n', $2::int)) R
 	return stop
 }
 
+// settleReport waits until no row is pending, gives the consumer a while
+// to read every committed event, and checks the ledger with what it read:
+// a row marked published that never arrived shows as lost. Dead letters
+// fail the test.
+func settleReport(t *testing.T, pool *pgxpool.Pool, l *eventledger.Ledger, col *collector, committed int) eventledger.Report {
+	t.Helper()
+	ctx := context.Background()
+	waitFor(t, 120*time.Second, "every row marked", func() (bool, string) {
+		var pending int
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE NOT published").Scan(&pending); err != nil {
+			return false, err.Error()
+		}
+		return pending == 0, fmt.Sprint(pending, " pending")
+	})
+	for until := time.Now().Add(20 * time.Second); len(distinct(col.records())) < committed && time.Now().Before(until); {
+		time.Sleep(20 * time.Millisecond) // polling, as waitFor does
+	}
+	for _, r := range col.records() {
+		id, _ := header(r, "event_id")
+		l.Deliver(id)
+	}
+	var dead int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events").Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	if dead != 0 {
+		t.Errorf("%d rows were dead-lettered; none should be", dead)
+	}
+	return l.Check(nil)
+}
+
 // freePort is a local TCP port nothing listens on right now.
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -165,7 +196,7 @@ func TestChaosBrokerRestartUnderLoad(t *testing.T) {
 	// Read everything back from the last broker: what it kept of every
 	// incarnation.
 	back := collect(t, brokers, "orders")
-	rep := settle(t, pool, l, back, committed, 120*time.Second)
+	rep := settleReport(t, pool, l, back, committed)
 	var missing int
 	kept := distinct(back.records())
 	for id := range distinct(live.records()) {
