@@ -144,7 +144,13 @@ func TestChaosBrokerRestartUnderLoad(t *testing.T) {
 			return true, ""
 		})
 	}
-	t.Cleanup(func() { mu.Lock(); defer mu.Unlock(); c.Close() })
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if c != nil {
+			c.Close()
+		}
+	})
 	start()
 	brokers := []string{fmt.Sprintf("127.0.0.1:%d", port)}
 	fillChaos(t, pool, l, "orders", "k", backlog, keys, 0)
