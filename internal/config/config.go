@@ -173,6 +173,8 @@ type Source struct {
 	// Readiness says when the source counts as stuck: /readyz fails naming
 	// it, and `outbox-relay status` exits non-zero.
 	Readiness Readiness `yaml:"readiness"`
+	// Reaper settles abandoned dispatches of a source in state mode queue.
+	Reaper Reaper `yaml:"reaper"`
 	// Retention, when set, has the running relay delete old settled rows.
 	Retention *Retention `yaml:"retention"`
 }
@@ -222,6 +224,14 @@ type Backoff struct {
 type Poll struct {
 	Min Duration `yaml:"min"` // default 50ms
 	Max Duration `yaml:"max"` // default 1s
+	// Fallback is, when NOTIFY wakes the source, the longest wait between
+	// claims of an idle source: a safety net for a missed notification.
+	// Default 10s (1s with state mode queue).
+	Fallback Duration `yaml:"fallback"`
+	// Debounce is how long the relay waits after a NOTIFY for more before
+	// it claims, so that a burst of inserts costs one claim. Default 0
+	// (30ms with state mode queue).
+	Debounce Duration `yaml:"debounce"`
 }
 
 // Layout maps an outbox table's columns to an event. Column fields name a
@@ -278,6 +288,60 @@ type State struct {
 	// neither.
 	BatchID   string `yaml:"batch_id"`
 	ClaimedAt string `yaml:"claimed_at"`
+	// Queue describes mode queue.
+	Queue Queue `yaml:"queue"`
+}
+
+// Queue is mode queue: the table is a hot queue whose rows are deleted when
+// claimed, each claim and each outcome appended to an archive table
+// (Attempts) in the same transaction; a retry puts the row back. Rows of a
+// participant are dispatched one at a time in sequence order. Columns of the
+// archive named like a column of the table hold its copy.
+type Queue struct {
+	// Attempts is the archive table ("schema.table"; the table's schema
+	// when unqualified).
+	Attempts string `yaml:"attempts"`
+	// Participant and Sequence are the columns (of both tables) of the
+	// participant and its sequence number, which dispatch follows strictly.
+	Participant string `yaml:"participant"`
+	Sequence    string `yaml:"sequence"`
+	// Due is the table's column of when a row may be claimed.
+	Due string `yaml:"due"`
+	// AttemptNo and Status are the archive's attempt number (1 first) and
+	// state columns; the states are named by States.
+	AttemptNo string      `yaml:"attempt_no"`
+	Status    string      `yaml:"status"`
+	States    QueueStates `yaml:"states"`
+	// ClaimedAt and CompletedAt are the archive's claim and outcome times.
+	ClaimedAt   string `yaml:"claimed_at"`
+	CompletedAt string `yaml:"completed_at"`
+	// RailReference and RailCode record what the destination answered (its
+	// reference for the dispatch, its code); ErrorCode and ErrorMessage a
+	// failure; LatencyMS the dispatch's duration. Optional columns.
+	RailReference string `yaml:"rail_reference"`
+	RailCode      string `yaml:"rail_code"`
+	ErrorCode     string `yaml:"error_code"`
+	ErrorMessage  string `yaml:"error_message"`
+	LatencyMS     string `yaml:"latency_ms"`
+	// Channel is the NOTIFY channel the table's trigger signals.
+	Channel string `yaml:"channel"`
+}
+
+// QueueStates are the values of the archive's state column.
+type QueueStates struct {
+	Dispatching string `yaml:"dispatching"`
+	Dispatched  string `yaml:"dispatched"`
+	Retryable   string `yaml:"retryable"`
+	Failed      string `yaml:"failed"`
+	Zombie      string `yaml:"zombie"`
+}
+
+// Reaper settles dispatches whose relay died mid-dispatch (state mode
+// queue): an attempt with no outcome after Timeout is recorded as a zombie
+// and its row put back. The lease holder runs it every Interval.
+type Reaper struct {
+	Timeout  Duration `yaml:"timeout"`  // default 120s
+	Interval Duration `yaml:"interval"` // default 60s
 }
 
 // Duration is a time.Duration written as "250ms", "1m".

@@ -45,7 +45,22 @@ const (
 	// ManagedTablePreset is the preset whose table the relay creates and
 	// upgrades itself (manage_table defaults to true for it).
 	ManagedTablePreset = "kafka-outbox"
+	// QueuePreset is the payment dispatch queue's preset (state mode
+	// queue); the relay creates its tables when manage_table is on.
+	QueuePreset = "payment-queue"
+
+	DefaultQueuePollFallback = time.Second
+	DefaultQueueDebounce     = 30 * time.Millisecond
+	DefaultPollFallback      = 10 * time.Second
+	DefaultReaperTimeout     = 120 * time.Second
+	DefaultReaperInterval    = time.Minute
 )
+
+// IsQueue reports whether the source's table is a queue (state mode queue,
+// set itself or by its preset).
+func (s *Source) IsQueue() bool {
+	return s.Layout.State.Mode == "queue" || (s.Layout.State.Mode == "" && s.Preset == QueuePreset)
+}
 
 // DefaultDiscoverTables returns the table names discovery looks for when
 // discover.tables is not set.
@@ -119,6 +134,14 @@ func (c *Config) sourceDefaults(d defaulter, i int) {
 	d.dur(&s.Backoff.Max, p+".backoff.max", DefaultBackoffMax)
 	d.dur(&s.Poll.Min, p+".poll.min", DefaultPollMin)
 	d.dur(&s.Poll.Max, p+".poll.max", DefaultPollMax)
+	if s.IsQueue() {
+		d.dur(&s.Poll.Fallback, p+".poll.fallback", DefaultQueuePollFallback)
+		d.dur(&s.Poll.Debounce, p+".poll.debounce", DefaultQueueDebounce)
+		d.dur(&s.Reaper.Timeout, p+".reaper.timeout", DefaultReaperTimeout)
+		d.dur(&s.Reaper.Interval, p+".reaper.interval", DefaultReaperInterval)
+	} else {
+		d.dur(&s.Poll.Fallback, p+".poll.fallback", DefaultPollFallback)
+	}
 	d.str(&s.Notify, DefaultNotify)
 	for j := range s.Routes {
 		d.str(&s.Routes[j].Name, "route"+strconv.Itoa(j))

@@ -19,7 +19,7 @@ var (
 	saslMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 	notifyModes    = []string{"auto", "on", "off"}
 	payloadFormats = []string{"json", "raw"}
-	stateModes     = []string{"flag", "timestamp", "status", "delete"}
+	stateModes     = []string{"flag", "timestamp", "status", "delete", "queue"}
 )
 
 // Limits checked by Validate.
@@ -184,6 +184,19 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 	between(ps, p+".max_attempts", s.MaxAttempts, 1, MaxMaxAttempts)
 	ordered(ps, p+".backoff", "initial", "max", s.Backoff.Initial, s.Backoff.Max)
 	ordered(ps, p+".poll", "min", "max", s.Poll.Min, s.Poll.Max)
+	positive(ps, p+".poll.fallback", s.Poll.Fallback)
+	if s.Poll.Debounce < 0 || s.Poll.Debounce > Duration(time.Second) {
+		ps.add(p+".poll.debounce", "must be between 0 and 1s, got %s", s.Poll.Debounce)
+	}
+	if s.IsQueue() {
+		positive(ps, p+".reaper.timeout", s.Reaper.Timeout)
+		positive(ps, p+".reaper.interval", s.Reaper.Interval)
+		if s.Discover != nil {
+			ps.add(p+".discover", "a queue (state mode queue) is listed by its table, not discovered")
+		}
+	} else if s.Reaper != (Reaper{}) {
+		ps.add(p+".reaper", "only a queue (state mode queue) has dispatches to reap")
+	}
 	oneOf(ps, p+".notify", s.Notify, notifyModes, true)
 	positive(ps, p+".readiness.max_oldest_pending", s.Readiness.MaxOldestPending)
 	positive(ps, p+".readiness.max_claim_failure", s.Readiness.MaxClaimFailure)
@@ -200,8 +213,8 @@ func validateManageTable(ps *problems, p string, s *Source) {
 	if s.ManageTable == nil || !*s.ManageTable {
 		return
 	}
-	if s.Preset != ManagedTablePreset {
-		ps.add(p+".manage_table", "only preset %s has a table the relay manages, got preset %q", ManagedTablePreset, s.Preset)
+	if s.Preset != ManagedTablePreset && s.Preset != QueuePreset {
+		ps.add(p+".manage_table", "only presets %s and %s have tables the relay manages, got preset %q", ManagedTablePreset, QueuePreset, s.Preset)
 		return
 	}
 	if s.Table == "" {
@@ -218,7 +231,13 @@ func validateManageTable(ps *problems, p string, s *Source) {
 			return
 		}
 	}
+	if s.Preset == QueuePreset && table != QueueTable {
+		ps.add(p+".table", "preset %s manages the tables of its own shape: the table must be %s, got %q", QueuePreset, QueueTable, table)
+	}
 }
+
+// QueueTable is the hot table preset payment-queue creates.
+const QueueTable = "payment_outbox_pending"
 
 func (c *Config) validateRoute(ps *problems, p string, r *Route) {
 	if r.Name != "" && !namePattern.MatchString(r.Name) {

@@ -66,6 +66,11 @@ type Layout struct {
 	// another relay claimed and never finished is pending again once its
 	// ClaimedAt is older than the claim timeout. Both set or neither.
 	BatchID, ClaimedAt Column
+
+	// Queue is mode queue's: the table's participant, sequence and due
+	// columns, and the archive as configured (its columns are checked by
+	// the queue's store, which reads that table).
+	Queue *Queue
 }
 
 // ErroredValue is the SQL constant of the errored flag: a boolean column
@@ -155,8 +160,9 @@ func Merge(preset string, over config.Layout, topic string) (config.Layout, map[
 		l.State.PublishedAt = over.State.PublishedAt
 		explicit["state.published_at"] = true
 	}
+	mergeQueue(&l.State.Queue, over.State.Queue, set)
 	if l.State.Mode == "" {
-		return l, nil, &FieldError{"state.mode", "required: set a preset or layout.state.mode (flag|timestamp|status|delete)"}
+		return l, nil, &FieldError{"state.mode", "required: set a preset or layout.state.mode (flag|timestamp|status|delete|queue)"}
 	}
 	return l, explicit, nil
 }
@@ -264,8 +270,15 @@ func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Col
 			}
 		}
 	case "delete":
+	case "queue":
+		if out.Queue, err = resolveQueue(l.State.Queue, need); err != nil {
+			return nil, err
+		}
+		if out.RetryCount == "" {
+			return nil, &FieldError{"retry_count", "required for mode queue (the attempts a row has had)"}
+		}
 	default:
-		return nil, &FieldError{"state.mode", fmt.Sprintf("must be flag, timestamp, status or delete, got %q", l.State.Mode)}
+		return nil, &FieldError{"state.mode", fmt.Sprintf("must be flag, timestamp, status, delete or queue, got %q", l.State.Mode)}
 	}
 	if err := resolveClaimState(out, l.State, explicit, byName, missing); err != nil {
 		return nil, err

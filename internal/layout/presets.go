@@ -57,6 +57,25 @@ var Presets = map[string]config.Layout{
 		State: config.State{Mode: "timestamp", PublishedAt: []string{"push_completed_at"},
 			Errored: "errored", BatchID: "batch_id", ClaimedAt: "push_started_at"},
 	},
+	// payment-queue: seed 003's payment dispatch queue. The hot table
+	// payment_outbox_pending is claimed by deleting rows, every attempt is
+	// appended to payment_outbox_attempts, and a participant's rows are
+	// dispatched one at a time in sequence_id order. The topic is the rail.
+	"payment-queue": {
+		ID: "outbox_id", Payload: "payload", PayloadFormat: "json",
+		Topic: "{rail_type}", Key: "{participant_id}",
+		EventType: "rail_type", AggregateID: "instruction_id",
+		CreatedAt: "created_at", OrderBy: "sequence_id", RetryCount: "attempt_count",
+		ExtraHeaders: map[string]string{"Idempotency-Key": "{idempotency_key}"},
+		State: config.State{Mode: "queue", Queue: config.Queue{
+			Attempts: "payment_outbox_attempts", Participant: "participant_id", Sequence: "sequence_id",
+			Due: "next_attempt_at", AttemptNo: "attempt_no", Status: "state",
+			States: config.QueueStates{Dispatching: "DISPATCHING", Dispatched: "DISPATCHED", Retryable: "RETRYABLE",
+				Failed: "FAILED", Zombie: "ZOMBIE_REQUEUE"},
+			ClaimedAt: "claimed_at", CompletedAt: "completed_at", RailReference: "rail_reference", RailCode: "rail_code",
+			ErrorCode: "error_code", ErrorMessage: "error_message", LatencyMS: "latency_ms", Channel: "outbox_pending",
+		}},
+	},
 	// delete: rows are deleted once delivered; topic and key columns.
 	"delete": {
 		ID: "id", Payload: "payload", PayloadFormat: "json",
