@@ -103,7 +103,7 @@ var (
 )
 
 func TestPresetNames(t *testing.T) {
-	want := []string{"delete", "kafka-outbox", "prisma", "published-flag", "status"}
+	want := []string{"delete", "kafka-outbox", "payment-queue", "prisma", "published-flag", "status"}
 	if got := PresetNames(); !slices.Equal(got, want) {
 		t.Errorf("PresetNames() = %v, want %v", got, want)
 	}
@@ -111,7 +111,7 @@ func TestPresetNames(t *testing.T) {
 
 func TestMergeUnknownPreset(t *testing.T) {
 	l, explicit, err := Merge("outbox", config.Layout{ID: "id"}, "")
-	wantFieldError(t, err, "preset", `unknown preset "outbox" (have: delete, kafka-outbox, prisma, published-flag, status)`)
+	wantFieldError(t, err, "preset", `unknown preset "outbox" (have: delete, kafka-outbox, payment-queue, prisma, published-flag, status)`)
 	if explicit != nil {
 		t.Errorf("explicit = %v with an error, want nil", explicit)
 	}
@@ -151,9 +151,12 @@ func TestMergeEveryOverrideIsExplicit(t *testing.T) {
 	over := config.Layout{
 		ID: "i", Payload: "p", PayloadFormat: "json", Topic: "{t}", Key: "{k}", PartitionKey: "{pk}", OrderKey: "{ok}",
 		Headers: "h", EventType: "et", AggregateType: "at", AggregateID: "ai", CreatedAt: "ca", OrderBy: "ob",
-		XIDColumn: "x", RetryCount: "rc", MaxRetries: "mr", Error: "e",
+		XIDColumn: "x", RetryCount: "rc", MaxRetries: "mr", Error: "e", ExtraHeaders: map[string]string{"X": "{x}"},
 		State: config.State{Mode: "status", Flag: "f", PublishedAt: []string{"pa"}, Status: "s", Pending: "P", Published: "D", Failed: "F",
-			Errored: "er", BatchID: "b", ClaimedAt: "c"},
+			Errored: "er", BatchID: "b", ClaimedAt: "c", Queue: config.Queue{Attempts: "qa", Participant: "qp", Sequence: "qs",
+				Due: "qd", AttemptNo: "qn", Status: "qst", ClaimedAt: "qc", CompletedAt: "qcc", RailReference: "qrr",
+				RailCode: "qrc", ErrorCode: "qec", ErrorMessage: "qem", LatencyMS: "ql", Channel: "qch",
+				States: config.QueueStates{Dispatching: "1", Dispatched: "2", Retryable: "3", Failed: "4", Zombie: "5"}}},
 	}
 	for _, preset := range append(PresetNames(), "") {
 		l, explicit, err := Merge(preset, over, "")
@@ -169,6 +172,13 @@ func TestMergeEveryOverrideIsExplicit(t *testing.T) {
 			"state.batch_id", "state.claimed_at", "state.errored", "state.failed", "state.flag", "state.mode", "state.pending", "state.published", "state.published_at",
 			"state.status", "topic", "xid_column",
 		}
+		for _, q := range []string{"attempt_no", "attempts", "channel", "claimed_at", "completed_at", "due", "error_code",
+			"error_message", "latency_ms", "participant", "rail_code", "rail_reference", "sequence", "states.dispatched",
+			"states.dispatching", "states.failed", "states.retryable", "states.zombie", "status"} {
+			want = append(want, "state.queue."+q)
+		}
+		want = append(want, "extra_headers")
+		slices.Sort(want)
 		var got []string
 		for k, v := range explicit {
 			if v {
@@ -234,7 +244,7 @@ func TestMergeSourceTopic(t *testing.T) {
 
 func TestMergeRequiresMode(t *testing.T) {
 	_, _, err := Merge("", config.Layout{ID: "id", Payload: "payload", Topic: "t"}, "")
-	wantFieldError(t, err, "state.mode", "required: set a preset or layout.state.mode (flag|timestamp|status|delete)")
+	wantFieldError(t, err, "state.mode", "required: set a preset or layout.state.mode (flag|timestamp|status|delete|queue)")
 
 	l, explicit, err := Merge("", config.Layout{ID: "id", State: config.State{Mode: "delete"}}, "t")
 	if err != nil {
@@ -480,7 +490,7 @@ func TestResolveFlagAndTimestampModes(t *testing.T) {
 	wantFieldError(t, err, "state.published_at", "none of the columns sent_at found in public.outbox")
 
 	_, err = resolve(t, "", config.Layout{ID: "id", Payload: "payload", Topic: "t", State: config.State{Mode: "archive"}}, "", "id", "payload")
-	wantFieldError(t, err, "state.mode", `must be flag, timestamp, status or delete, got "archive"`)
+	wantFieldError(t, err, "state.mode", `must be flag, timestamp, status, delete or queue, got "archive"`)
 }
 
 func TestResolveOrderKeys(t *testing.T) {
