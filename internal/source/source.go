@@ -71,6 +71,23 @@ type Outcome struct {
 	Published []int
 	Retry     []Retry
 	Dead      []Dead
+	// Receipts, when the store asked for them (see ReceiptTaker), has one
+	// entry per row: what the destination answered.
+	Receipts []Receipt
+}
+
+// Receipt is what a destination answered to one row's dispatch: its
+// reference for it and its code (an HTTP status, a code in the body), and
+// how long the dispatch took. Empty fields are unknown.
+type Receipt struct {
+	Reference, Code string
+	Latency         time.Duration
+}
+
+// ReceiptTaker is a Store that records what the destination answered to
+// each row (Outcome.Receipts).
+type ReceiptTaker interface {
+	TakesReceipts() bool
 }
 
 // Batch is a set of claimed rows held by one claimer.

@@ -36,6 +36,12 @@ const (
 // pgEpoch is where PostgreSQL's binary timestamps count from.
 var pgEpoch = time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)
 
+// DecodeRow fills r from the raw values of a row selected by RowSelect; the
+// values after them are left to the caller.
+func DecodeRow(vals [][]byte, fds []pgconn.FieldDescription, r *source.Row, extras int) error {
+	return decodeRow(vals[:numClaimCols+extras], fds[:numClaimCols+extras], r)
+}
+
 // decodeRow fills r from the raw values of one claimed row. Every text value
 // lands in one string and every byte value in one slice, so a row costs two
 // allocations whatever its width: this is the relay's per-row hot path.

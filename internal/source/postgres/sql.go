@@ -71,8 +71,8 @@ func templateSQL(t config.Template, alias string) string {
 
 // payloadSQL selects the payload as its bytes: JSON types as their text
 // (jsonb's binary form carries a version byte), bytea raw, text as is.
-func payloadSQL(l *layout.Layout) string {
-	c := col("o", l.Payload.Name)
+func payloadSQL(l *layout.Layout, alias string) string {
+	c := col(alias, l.Payload.Name)
 	if l.Payload.Type == "bytea" {
 		return c
 	}
@@ -163,33 +163,48 @@ const xidBarrier = `COALESCE((SELECT min(x) FROM pg_snapshot_xip(pg_current_snap
       WHERE a.backend_xid IS NOT NULL AND a.application_name LIKE 'outbox-relay %')),
     pg_snapshot_xmax(pg_current_snapshot()))`
 
+// rowSelect is the select list of a claimed row, in the order decodeRow
+// reads (see the col constants), the layout's extras last. attempts is the
+// row's failed attempts; ctid, tie and retrying are the claim's own columns.
+func rowSelect(l *layout.Layout, alias, attempts, ctid, tie, retrying string) []string {
+	out := []string{
+		col(alias, l.ID.Name) + "::text",
+		payloadSQL(l, alias),
+		templateSQL(l.Topic, alias),
+		orDefault(nullIfEmpty(templateIfSetAt(l.Key, alias))),
+		orDefault(templateIfSetAt(l.PartitionKey, alias)),
+		orderKeySQL(l, alias),
+		orDefault(nullIfEmpty(optColIfSet(alias, l.Headers, "::text"))),
+		optCol(alias, l.EventType, "::text"),
+		optCol(alias, l.AggregateType, "::text"),
+		optCol(alias, l.AggregateID, "::text"),
+		optCol(alias, l.CreatedAt, "::timestamptz"),
+		optCol(alias, l.MaxRetries, "::int"),
+		attempts,
+		ctid,
+		tie,
+		retrying,
+	}
+	for _, t := range l.Extra {
+		out = append(out, templateSQL(t, alias))
+	}
+	return out
+}
+
+// RowSelect is the select list of a row of table alias for DecodeRow, for a
+// store whose claims keep no physical address nor retry state (the queue):
+// attempts is the row's failed attempts.
+func RowSelect(l *layout.Layout, alias, attempts string) []string {
+	return rowSelect(l, alias, attempts, "NULL::tid", "0::bigint", "false")
+}
+
 func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration) statements {
 	rs := QuoteIdent(relaySchema)
 	id := col("o", l.ID.Name)
 	idArr := "$1::text[]::" + l.ID.Type + "[]"
 	var s statements
 
-	selectList := []string{
-		id + "::text",
-		payloadSQL(l),
-		templateSQL(l.Topic, "o"),
-		orDefault(nullIfEmpty(templateIfSet(l.Key))),
-		orDefault(templateIfSet(l.PartitionKey)),
-		orderKeySQL(l, "o"),
-		orDefault(nullIfEmpty(optColIfSet("o", l.Headers, "::text"))),
-		optCol("o", l.EventType, "::text"),
-		optCol("o", l.AggregateType, "::text"),
-		optCol("o", l.AggregateID, "::text"),
-		optCol("o", l.CreatedAt, "::timestamptz"),
-		optCol("o", l.MaxRetries, "::int"),
-		attemptsSQL(l),
-		"o.ctid",
-		tieSQL,
-		"r.event_id IS NOT NULL",
-	}
-	for _, t := range l.Extra {
-		selectList = append(selectList, templateSQL(t, "o"))
-	}
+	selectList := rowSelect(l, "o", attemptsSQL(l), "o.ctid", tieSQL, "r.event_id IS NOT NULL")
 	where := []string{
 		pendingPredicate(l, "o"),
 		"(r.next_attempt_at IS NULL OR r.next_attempt_at <= now())",
@@ -315,31 +330,17 @@ LEFT JOIN ` + rs + `.retry_state r ON r.source = $1 AND r.event_id = u.id`
 		created = "min(" + col("o", l.CreatedAt) + ")::timestamptz AS min"
 	}
 	backlog := "SELECT count(*), " + created + " FROM " + table + " o WHERE " + pendingPredicate(l, "o")
-	s.stats = `WITH b AS (` + backlog + `),
-d AS (SELECT count(*) FROM ` + rs + `.failed_events WHERE source = $1 AND replayed_at IS NULL),
-u AS (INSERT INTO ` + rs + `.relay_state AS t
-  (source, schema_name, table_name, last_poll_time, last_published_event_id, total_events_published,
-   total_events_retried, total_events_dead_lettered, pending_events, lag_seconds,
-   owner, last_claim_at, events_per_second, sink_states)
-  SELECT $1, $2, $3, COALESCE($9, now()), NULLIF($4, ''), $5, $6, $7, b.count, COALESCE(EXTRACT(EPOCH FROM now() - b.min), 0),
-    NULLIF($8, ''), $9, $10, $11 FROM b
-  ON CONFLICT (source) DO UPDATE SET last_poll_time = excluded.last_poll_time,
-    owner = excluded.owner, last_claim_at = excluded.last_claim_at,
-    events_per_second = excluded.events_per_second, sink_states = excluded.sink_states,
-    last_published_event_id = COALESCE(excluded.last_published_event_id, t.last_published_event_id),
-    total_events_published = t.total_events_published + excluded.total_events_published,
-    total_events_retried = t.total_events_retried + excluded.total_events_retried,
-    total_events_dead_lettered = t.total_events_dead_lettered + excluded.total_events_dead_lettered,
-    pending_events = excluded.pending_events, lag_seconds = excluded.lag_seconds, updated_at = now())
-SELECT b.count, b.min, d.count FROM b, d`
+	s.stats = StatsStatement(relaySchema, backlog)
 	return s
 }
 
-func templateIfSet(t config.Template) string {
+func templateIfSet(t config.Template) string { return templateIfSetAt(t, "o") }
+
+func templateIfSetAt(t config.Template, alias string) string {
 	if len(t) == 0 {
 		return ""
 	}
-	return templateSQL(t, "o")
+	return templateSQL(t, alias)
 }
 
 // stateSets returns the SET lists for a published row, a dead-lettered row and
@@ -389,4 +390,27 @@ func stateSets(l *layout.Layout) (published, dead, pending string) {
 		pend = append(pend, QuoteIdent(l.BatchID.Name)+" = NULL", QuoteIdent(l.ClaimedAt.Name)+" = NULL")
 	}
 	return strings.Join(pub, ", "), strings.Join(dd, ", "), strings.Join(pend, ", ")
+}
+
+// StatsStatement is the statement RecordStats runs: backlog is a query of
+// the pending rows' count and oldest creation time (NULL if unknown).
+func StatsStatement(relaySchema, backlog string) string {
+	rs := QuoteIdent(relaySchema)
+	return `WITH b AS (` + backlog + `),
+d AS (SELECT count(*) FROM ` + rs + `.failed_events WHERE source = $1 AND replayed_at IS NULL),
+u AS (INSERT INTO ` + rs + `.relay_state AS t
+  (source, schema_name, table_name, last_poll_time, last_published_event_id, total_events_published,
+   total_events_retried, total_events_dead_lettered, pending_events, lag_seconds,
+   owner, last_claim_at, events_per_second, sink_states)
+  SELECT $1, $2, $3, COALESCE($9, now()), NULLIF($4, ''), $5, $6, $7, b.count, COALESCE(EXTRACT(EPOCH FROM now() - b.min), 0),
+    NULLIF($8, ''), $9, $10, $11 FROM b
+  ON CONFLICT (source) DO UPDATE SET last_poll_time = excluded.last_poll_time,
+    owner = excluded.owner, last_claim_at = excluded.last_claim_at,
+    events_per_second = excluded.events_per_second, sink_states = excluded.sink_states,
+    last_published_event_id = COALESCE(excluded.last_published_event_id, t.last_published_event_id),
+    total_events_published = t.total_events_published + excluded.total_events_published,
+    total_events_retried = t.total_events_retried + excluded.total_events_retried,
+    total_events_dead_lettered = t.total_events_dead_lettered + excluded.total_events_dead_lettered,
+    pending_events = excluded.pending_events, lag_seconds = excluded.lag_seconds, updated_at = now())
+SELECT b.count, b.min, d.count FROM b, d`
 }

@@ -161,6 +161,11 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 // the relay_state upsert are one statement, so that an idle source costs
 // one query per stats interval for them.
 func (s *Store) RecordStats(ctx context.Context, st source.Stats) (source.Gauges, error) {
+	return RecordStats(ctx, s.pool, s.sql.stats, s.opts.Source, s.opts.Table, st)
+}
+
+// RecordStats runs stmt (see StatsStatement) for source name on table.
+func RecordStats(ctx context.Context, pool *pgxpool.Pool, stmt, name string, t Table, st source.Stats) (source.Gauges, error) {
 	var (
 		g      source.Gauges
 		oldest *time.Time
@@ -177,7 +182,7 @@ func (s *Store) RecordStats(ctx context.Context, st source.Stats) (source.Gauges
 	if live.Sinks == nil {
 		sinks = []byte("{}")
 	}
-	err = s.pool.QueryRow(ctx, s.sql.stats, s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name, st.LastPublishedID,
+	err = pool.QueryRow(ctx, stmt, name, t.Schema, t.Name, st.LastPublishedID,
 		st.Published, st.Retried, st.DeadLettered, live.Owner, lastClaim, live.Rate, string(sinks)).Scan(&g.Backlog.Pending, &oldest, &g.DeadLetters)
 	if err != nil {
 		return g, fmt.Errorf("record relay state: %w", err)

@@ -1,18 +1,19 @@
-// Package queue is the queue layout's store on PostgreSQL (seed 003's
-// payment dispatch): a hot table of pending dispatches claimed by deleting
-// them, an append-only archive of attempts, and a sequence per participant
-// that dispatch follows strictly.
+// Package queue is the store of a source in state mode queue on PostgreSQL
+// (seed 003's payment dispatch): a hot table of pending dispatches claimed
+// by deleting them, an append-only archive of attempts, and a sequence per
+// participant that dispatch follows strictly.
 //
-// A claim deletes due rows from payment_outbox_pending and appends a
-// DISPATCHING attempt for each, in one short transaction committed before
-// the dispatch. It takes a participant's row only when it is the next of
-// the participant's sequence (one more than the last DISPATCHED or FAILED)
+// A claim deletes due rows from the hot table and appends a DISPATCHING
+// attempt for each, in one short statement committed before the dispatch.
+// It takes a participant's row only when it is the participant's earliest,
+// at most one past its last settled (DISPATCHED or FAILED) sequence number,
 // and no attempt of the participant is in flight: one dispatch per
 // participant at a time, in sequence order, and a retry, a zombie or a gap
-// holds that participant only. Outcomes are appended: DISPATCHED;
-// RETRYABLE with the row put back (same outbox_id and sequence_id,
-// attempt_count + 1, next_attempt_at from the backoff); FAILED, the dead
-// letter.
+// holds that participant only. Outcomes are appended, at most one per
+// attempt: DISPATCHED; RETRYABLE with the row put back (same id and
+// sequence, attempt count = the attempt's number, due after the backoff);
+// FAILED, the dead letter (also listed in the relay's failed_events, from
+// where a replay puts the row back).
 package queue
 
 import (
@@ -20,15 +21,18 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 	"github.com/pressly/goose/v3"
 	"github.com/pressly/goose/v3/lock"
 
+	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 	"github.com/outbox-relay/outbox-relay/migrations/queue"
 )
@@ -68,198 +72,221 @@ func Migrate(ctx context.Context, dsn, schema string) error {
 	return nil
 }
 
-// Dispatch is one claimed row: what to send, and the attempt recording it.
-type Dispatch struct {
-	AttemptID, OutboxID                          string
-	InstructionID, ParticipantID, IdempotencyKey string
-	RailType                                     string
-	SequenceID                                   int64
-	AttemptNo                                    int
-	Payload                                      []byte
-	ClaimedAt                                    time.Time
+// Options configure the store of one queue.
+type Options struct {
+	Source      string
+	Table       postgres.Table // the hot table
+	RelaySchema string
+	Layout      *layout.Layout // resolved, mode queue
 }
 
-// Store claims and records dispatches in one schema.
+// Store claims and records dispatches of one queue. It implements
+// source.Store.
 type Store struct {
-	pool   *pgxpool.Pool
-	schema string
+	pool  *pgxpool.Pool
+	opts  Options
+	n     *names
+	sql   statements
+	Fence source.Fence
 }
 
-// New returns the store of the queue in schema.
-func New(pool *pgxpool.Pool, schema string) *Store { return &Store{pool: pool, schema: schema} }
+// ErrNoOutcomeIndex says the archive lacks the unique index that keeps an
+// attempt to one outcome.
+var ErrNoOutcomeIndex = errors.New("the archive has no unique index keeping one outcome per attempt")
 
-func (s *Store) t(name string) string { return postgres.QuoteIdent(s.schema) + "." + name }
-
-// Claim takes up to limit due dispatches, at most one per participant and
-// only the next of its sequence, and records a DISPATCHING attempt for each
-// in the same transaction.
-func (s *Store) Claim(ctx context.Context, limit int) ([]Dispatch, error) {
-	pending, attempts := s.t("payment_outbox_pending"), s.t("payment_outbox_attempts")
-	rows, err := s.pool.Query(ctx, `WITH cand AS (
-  SELECT p.outbox_id FROM `+pending+` p
-  WHERE p.next_attempt_at <= now()
-    -- the participant's earliest row waiting
-    AND NOT EXISTS (SELECT 1 FROM `+pending+` q WHERE q.participant_id = p.participant_id AND q.sequence_id < p.sequence_id)
-    -- the next of its sequence: no gap
-    AND p.sequence_id = 1 + COALESCE((SELECT max(a.sequence_id) FROM `+attempts+` a
-      WHERE a.participant_id = p.participant_id AND a.state IN ('DISPATCHED', 'FAILED')), 0)
-    -- nothing of the participant in flight
-    AND NOT EXISTS (SELECT 1 FROM `+attempts+` a WHERE a.participant_id = p.participant_id AND a.state = 'DISPATCHING'
-      AND NOT EXISTS (SELECT 1 FROM `+attempts+` o WHERE o.outbox_id = a.outbox_id AND o.attempt_no = a.attempt_no
-        AND o.state <> 'DISPATCHING'))
-  ORDER BY p.next_attempt_at, p.created_at
-  LIMIT $1
-  FOR UPDATE OF p SKIP LOCKED
-), d AS (
-  DELETE FROM `+pending+` p USING cand WHERE p.outbox_id = cand.outbox_id RETURNING p.*
-)
-INSERT INTO `+attempts+` (outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload,
-  attempt_no, state)
-SELECT outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload, attempt_count + 1,
-  'DISPATCHING' FROM d
-RETURNING attempt_id::text, outbox_id::text, instruction_id, participant_id, idempotency_key, rail_type, sequence_id,
-  attempt_no, payload::text, claimed_at`, limit)
-	if err != nil {
-		return nil, fmt.Errorf("claim dispatches: %w", err)
+// New checks the archive table and returns the queue's store.
+func New(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Store, error) {
+	l := opts.Layout
+	if l == nil || l.Queue == nil {
+		return nil, errors.New("queue store: the layout is not in state mode queue")
 	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Dispatch, error) {
-		var d Dispatch
-		var payload string
-		err := r.Scan(&d.AttemptID, &d.OutboxID, &d.InstructionID, &d.ParticipantID, &d.IdempotencyKey, &d.RailType,
-			&d.SequenceID, &d.AttemptNo, &payload, &d.ClaimedAt)
-		d.Payload = []byte(payload)
-		return d, err
-	})
+	archive, err := archiveTable(opts.Table, l.Queue.Archive)
 	if err != nil {
-		return nil, fmt.Errorf("claim dispatches: %w", err)
+		return nil, err
 	}
-	return out, nil
+	hotCols, err := postgres.Columns(ctx, pool, opts.Table)
+	if err != nil {
+		return nil, err
+	}
+	archCols, err := postgres.Columns(ctx, pool, archive)
+	if err != nil {
+		return nil, fmt.Errorf("state.queue.attempts: %w", err)
+	}
+	n, err := newNames(opts.Table, archive, l, hotCols, archCols)
+	if err != nil {
+		return nil, err
+	}
+	var ok bool
+	err = pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_index i
+WHERE i.indrelid = $1::regclass AND i.indisunique AND i.indpred IS NOT NULL
+  AND (SELECT array_agg(a.attname::text ORDER BY a.attname) FROM pg_attribute a
+       WHERE a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)) = (SELECT array_agg(c ORDER BY c) FROM unnest($2::text[]) c))`,
+		archive.String(), []string{l.ID.Name, l.Queue.Archive.AttemptNo}).Scan(&ok)
+	if err != nil {
+		return nil, fmt.Errorf("state.queue.attempts: %w", err)
+	}
+	if !ok {
+		return nil, fmt.Errorf("state.queue.attempts: %w; create it: CREATE UNIQUE INDEX ON %s (%s, %s) WHERE %s <> %s",
+			ErrNoOutcomeIndex, archive, n.id, n.attemptNo, n.status, n.dispatching)
+	}
+	return &Store{pool: pool, opts: opts, n: n, sql: buildStatements(n, l, opts.RelaySchema)}, nil
 }
 
-// Outcome is what became of one dispatch.
-type Outcome struct {
-	RailReference, RailCode, ErrorCode, ErrorMessage string
-	Latency                                          time.Duration
+// TakesReceipts implements source.ReceiptTaker: the archive records what
+// the destination answered.
+func (s *Store) TakesReceipts() bool { return true }
+
+// Claim implements source.Store: the rows it returns are already deleted
+// from the hot table, each with its DISPATCHING attempt, committed.
+func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
+	lease := s.Fence.Get()
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	if lease != nil {
+		rows, err = s.pool.Query(ctx, s.sql.claimFenced, limit, lease.Shard, lease.Owner, lease.Term)
+	} else {
+		rows, err = s.pool.Query(ctx, s.sql.claim, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+	}
+	defer rows.Close()
+	b := &batch{store: s}
+	extras := len(s.opts.Layout.Extra)
+	for rows.Next() {
+		vals, fds := rows.RawValues(), rows.FieldDescriptions()
+		b.rows = append(b.rows, source.Row{})
+		if err := postgres.DecodeRow(vals, fds, &b.rows[len(b.rows)-1], extras); err != nil {
+			return nil, fmt.Errorf("claim from %s: decode: %w", s.opts.Table, err)
+		}
+		no, err := strconv.ParseInt(string(vals[len(vals)-1]), 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("claim from %s: attempt number: %w", s.opts.Table, err)
+		}
+		b.attempt = append(b.attempt, int32(no))
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+	}
+	if len(b.rows) == 0 {
+		return nil, nil
+	}
+	return b, nil
 }
 
-// ErrSettled is returned when an attempt already has its outcome.
+// batch is a set of dispatches whose DISPATCHING attempts are committed.
+type batch struct {
+	store   *Store
+	rows    []source.Row
+	attempt []int32 // each row's attempt number
+}
+
+func (b *batch) Rows() []source.Row { return b.rows }
+
+// released is the error code of an attempt given back unsent.
+const released = "RELEASED"
+
+// Release gives every row back: a RETRYABLE outcome (nothing was sent) and
+// the row due now.
+func (b *batch) Release(ctx context.Context) error {
+	return b.Complete(ctx, source.Outcome{})
+}
+
+// Complete implements source.Batch: the outcome of every attempt in one
+// statement. It is not fenced by the lease: the dispatches happened, and
+// their outcomes are the truth whoever holds the lease now. A row in none
+// of the lists was not sent; it is given back as a RETRYABLE attempt.
+func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
+	s, n := b.store, len(b.rows)
+	ids, nos, states := make([]string, n), make([]int32, n), make([]string, n)
+	refs, codes, ecodes, emsgs := make([]string, n), make([]string, n), make([]string, n), make([]string, n)
+	lat, due, created := make([]*int32, n), make([]time.Time, n), make([]*time.Time, n)
+	types, topics, keys := make([]*string, n), make([]*string, n), make([]*string, n)
+	payloads, isJSON := make([][]byte, n), make([]bool, n)
+	st := s.opts.Layout.Queue.Archive.States
+	now := time.Now()
+	for i := range b.rows {
+		r := &b.rows[i]
+		ids[i], nos[i], states[i], due[i] = r.ID, b.attempt[i], st.Retryable, now
+		ecodes[i], emsgs[i] = released, "released unsent"
+		if !r.CreatedAt.IsZero() {
+			created[i] = &r.CreatedAt
+		}
+		if i < len(o.Receipts) {
+			rc := o.Receipts[i]
+			refs[i], codes[i] = rc.Reference, rc.Code
+			if rc.Latency > 0 {
+				ms := int32(min(rc.Latency.Milliseconds(), 1<<31-1))
+				lat[i] = &ms
+			}
+		}
+	}
+	for _, i := range o.Published {
+		states[i], ecodes[i], emsgs[i] = st.Dispatched, "", ""
+	}
+	for _, r := range o.Retry {
+		states[r.Index], due[r.Index], ecodes[r.Index], emsgs[r.Index] = st.Retryable, r.At, errorCode(codes[r.Index], "RETRYABLE"), truncate(r.Err)
+	}
+	for _, d := range o.Dead {
+		i, r := d.Index, &b.rows[d.Index]
+		code := "TERMINAL"
+		if d.Exhausted {
+			code = "EXHAUSTED"
+		}
+		states[i], ecodes[i], emsgs[i] = st.Failed, errorCode(codes[i], code), truncate(d.Reason)
+		types[i], payloads[i], isJSON[i] = &r.EventType, r.Payload, d.PayloadIsJSON
+		if r.TopicOK {
+			topics[i] = &r.Topic
+		}
+		if r.Key != nil {
+			k := string(r.Key)
+			keys[i] = &k
+		}
+	}
+	rows, err := s.pool.Query(ctx, s.sql.outcome, s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name,
+		ids, nos, states, refs, codes, ecodes, emsgs, lat, due, created, types, topics, keys, payloads, isJSON)
+	if err != nil {
+		return fmt.Errorf("record outcomes on %s: %w", s.opts.Table, err)
+	}
+	recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("record outcomes on %s: %w", s.opts.Table, err)
+	}
+	if len(recorded) == n {
+		return nil
+	}
+	got := map[string]bool{}
+	for _, id := range recorded {
+		got[id] = true
+	}
+	var late []string
+	for i, id := range ids {
+		if !got[id] {
+			late = append(late, fmt.Sprintf("%s attempt %d (%s)", id, nos[i], states[i]))
+		}
+	}
+	return fmt.Errorf("record outcomes on %s: %w: %s", s.opts.Table, ErrSettled, strings.Join(late, ", "))
+}
+
+// ErrSettled says an attempt already had an outcome (the reaper took it as
+// a zombie): the outcome found by this relay was not recorded.
 var ErrSettled = errors.New("the attempt already has an outcome")
 
-// Dispatched records the dispatch's success.
-func (s *Store) Dispatched(ctx context.Context, d Dispatch, o Outcome) error {
-	return s.outcome(ctx, s.pool, d, "DISPATCHED", o)
-}
-
-// Failed records the dispatch's terminal failure: the dead letter.
-func (s *Store) Failed(ctx context.Context, d Dispatch, o Outcome) error {
-	return s.outcome(ctx, s.pool, d, "FAILED", o)
-}
-
-// Retry records a retryable failure and puts the row back, with the same
-// outbox_id and sequence_id, one more attempt counted, due at at; both in
-// one transaction, and idempotently (a second call changes nothing).
-func (s *Store) Retry(ctx context.Context, d Dispatch, o Outcome, at time.Time) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := s.outcome(ctx, tx, d, "RETRYABLE", o); err != nil {
-			return err
-		}
-		_, err := tx.Exec(ctx, `INSERT INTO `+s.t("payment_outbox_pending")+` (outbox_id, instruction_id, participant_id,
-  sequence_id, idempotency_key, rail_type, payload, attempt_count, next_attempt_at)
-VALUES ($1::uuid, $2, $3, $4, $5, $6, $7::jsonb, $8, $9)
-ON CONFLICT (outbox_id) DO NOTHING`, d.OutboxID, d.InstructionID, d.ParticipantID, d.SequenceID, d.IdempotencyKey, d.RailType,
-			string(d.Payload), d.AttemptNo, at)
-		if err != nil {
-			return fmt.Errorf("requeue %s: %w", d.OutboxID, err)
-		}
-		return nil
-	})
-}
-
-// querier is a pool or a transaction.
-type querier interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}
-
-// outcome appends the attempt's outcome row: one per attempt (a unique
-// index), so that a repeated call is ErrSettled, not a second outcome.
-func (s *Store) outcome(ctx context.Context, q querier, d Dispatch, state string, o Outcome) error {
-	var latency *int32
-	if o.Latency > 0 {
-		ms := int32(o.Latency.Milliseconds())
-		latency = &ms
+// errorCode is the destination's code when it gave one, else fallback.
+func errorCode(code, fallback string) string {
+	if code != "" {
+		return code
 	}
-	tag, err := q.Exec(ctx, `INSERT INTO `+s.t("payment_outbox_attempts")+` (outbox_id, instruction_id, participant_id,
-  sequence_id, idempotency_key, rail_type, payload, attempt_no, state, claimed_at, completed_at, rail_reference, rail_code,
-  error_code, error_message, latency_ms)
-VALUES ($1::uuid, $2, $3, $4, $5, $6, $7::jsonb, $8, $9, $10, now(), NULLIF($11, ''), NULLIF($12, ''), NULLIF($13, ''),
-  NULLIF($14, ''), $15)
-ON CONFLICT (outbox_id, attempt_no) WHERE state IN ('DISPATCHED', 'RETRYABLE', 'FAILED', 'ZOMBIE_REQUEUE') DO NOTHING`,
-		d.OutboxID, d.InstructionID, d.ParticipantID, d.SequenceID, d.IdempotencyKey, d.RailType, string(d.Payload), d.AttemptNo,
-		state, d.ClaimedAt, o.RailReference, o.RailCode, o.ErrorCode, o.ErrorMessage, latency)
-	if err != nil {
-		return fmt.Errorf("record %s of %s: %w", state, d.OutboxID, err)
-	}
-	if tag.RowsAffected() == 0 {
-		return fmt.Errorf("record %s of %s (attempt %d): %w", state, d.OutboxID, d.AttemptNo, ErrSettled)
-	}
-	return nil
+	return fallback
 }
 
-// Reap puts back the rows whose attempt has been DISPATCHING for longer
-// than timeout with no outcome (the dispatcher died), same outbox_id and
-// sequence_id, due now, and records a ZOMBIE_REQUEUE outcome for each. It
-// is safe to run concurrently and again: an attempt gets one outcome, and a
-// row is put back only by the reaper that recorded it. It returns how many
-// rows it put back.
-func (s *Store) Reap(ctx context.Context, timeout time.Duration) (int, error) {
-	pending, attempts := s.t("payment_outbox_pending"), s.t("payment_outbox_attempts")
-	tag, err := s.pool.Exec(ctx, `WITH z AS (
-  SELECT a.* FROM `+attempts+` a
-  WHERE a.state = 'DISPATCHING' AND a.claimed_at < now() - make_interval(secs => $1)
-    AND NOT EXISTS (SELECT 1 FROM `+attempts+` o WHERE o.outbox_id = a.outbox_id AND o.attempt_no = a.attempt_no
-      AND o.state <> 'DISPATCHING')
-), rec AS (
-  INSERT INTO `+attempts+` (outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload,
-    attempt_no, state, claimed_at, completed_at, error_code, error_message)
-  SELECT outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload, attempt_no,
-    'ZOMBIE_REQUEUE', claimed_at, now(), 'ZOMBIE_REQUEUE', 'no outcome within the zombie timeout' FROM z
-  ON CONFLICT (outbox_id, attempt_no) WHERE state IN ('DISPATCHED', 'RETRYABLE', 'FAILED', 'ZOMBIE_REQUEUE') DO NOTHING
-  RETURNING outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload, attempt_no
-)
-INSERT INTO `+pending+` (outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload,
-  attempt_count, next_attempt_at)
-SELECT outbox_id, instruction_id, participant_id, sequence_id, idempotency_key, rail_type, payload, attempt_no, now() FROM rec
-ON CONFLICT (outbox_id) DO NOTHING`, timeout.Seconds())
-	if err != nil {
-		return 0, fmt.Errorf("reap zombie dispatches: %w", err)
+// truncate bounds a stored error message.
+func truncate(s string) string {
+	const maxLen = 2000
+	if len(s) <= maxLen {
+		return s
 	}
-	return int(tag.RowsAffected()), nil
-}
-
-// Gauges describe the queue now, for seed 003's metrics: its pending depth
-// and the age of its oldest due row, the dead letters (FAILED outcomes),
-// and the dispatches left DISPATCHING with no outcome for longer than
-// stuckAfter.
-type Gauges struct {
-	Pending, DeadLetters, StuckDispatching int64
-	OldestPendingAge                       time.Duration
-}
-
-// Gauges reads the queue's gauges in one statement.
-func (s *Store) Gauges(ctx context.Context, stuckAfter time.Duration) (Gauges, error) {
-	pending, attempts := s.t("payment_outbox_pending"), s.t("payment_outbox_attempts")
-	var g Gauges
-	var oldest float64
-	err := s.pool.QueryRow(ctx, `SELECT
-  (SELECT count(*) FROM `+pending+`),
-  COALESCE((SELECT EXTRACT(EPOCH FROM now() - min(created_at)) FROM `+pending+` WHERE next_attempt_at <= now()), 0),
-  (SELECT count(*) FROM `+attempts+` WHERE state = 'FAILED'),
-  (SELECT count(*) FROM `+attempts+` a WHERE a.state = 'DISPATCHING' AND a.claimed_at < now() - make_interval(secs => $1)
-    AND NOT EXISTS (SELECT 1 FROM `+attempts+` o WHERE o.outbox_id = a.outbox_id AND o.attempt_no = a.attempt_no
-      AND o.state <> 'DISPATCHING'))`, stuckAfter.Seconds()).Scan(&g.Pending, &oldest, &g.DeadLetters, &g.StuckDispatching)
-	if err != nil {
-		return g, fmt.Errorf("queue gauges: %w", err)
-	}
-	g.OldestPendingAge = time.Duration(oldest * float64(time.Second))
-	return g, nil
+	return s[:maxLen] + "..."
 }

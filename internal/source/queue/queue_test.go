@@ -13,17 +13,49 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 	"github.com/outbox-relay/outbox-relay/internal/source/queue"
 )
 
+// newQueue creates seed 003's tables in schema payments and the relay's
+// schema, and returns the queue's store as preset payment-queue reads it.
 func newQueue(t *testing.T) (*pgxpool.Pool, *queue.Store) {
 	t.Helper()
+	ctx := context.Background()
 	dsn, pool := pgtest.NewDB(t)
-	if err := queue.Migrate(context.Background(), dsn, "payments"); err != nil {
+	if err := queue.Migrate(ctx, dsn, "payments"); err != nil {
 		t.Fatal(err)
 	}
-	return pool, queue.New(pool, "payments")
+	m, err := postgres.NewMigrator(dsn, "outbox_relay")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = m.Close() }()
+	if err := m.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tbl := postgres.Table{Schema: "payments", Name: "payment_outbox_pending"}
+	merged, explicit, err := layout.Merge(config.QueuePreset, config.Layout{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cols, err := postgres.Columns(ctx, pool, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := layout.Resolve(merged, explicit, tbl.String(), cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := queue.New(ctx, pool, queue.Options{Source: "payments", Table: tbl, RelaySchema: "outbox_relay", Layout: l})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool, st
 }
 
 // enqueue is the producer's transaction: the participant's next sequence
@@ -63,6 +95,44 @@ func count(t *testing.T, pool *pgxpool.Pool, q string, args ...any) int {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// claim claims up to limit rows and returns the batch (nil: none) and its
+// rows by participant.
+func claim(t *testing.T, st *queue.Store, limit int) (source.Batch, map[string]int) {
+	t.Helper()
+	b, err := st.Claim(context.Background(), limit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	by := map[string]int{}
+	if b == nil {
+		return nil, by
+	}
+	for i, r := range b.Rows() {
+		if _, dup := by[r.OrderKey]; dup {
+			t.Fatalf("two rows of participant %s in one claim", r.OrderKey)
+		}
+		by[r.OrderKey] = i
+	}
+	return b, by
+}
+
+// sequences is what a claim took: each participant's sequence numbers.
+func sequences(t *testing.T, pool *pgxpool.Pool, b source.Batch) map[string][]int64 {
+	t.Helper()
+	out := map[string][]int64{}
+	if b == nil {
+		return out
+	}
+	for _, r := range b.Rows() {
+		var seq int64
+		if err := pool.QueryRow(context.Background(), "SELECT sequence_id FROM payments.payment_outbox_attempts WHERE outbox_id = $1::uuid LIMIT 1", r.ID).Scan(&seq); err != nil {
+			t.Fatal(err)
+		}
+		out[r.OrderKey] = append(out[r.OrderKey], seq)
+	}
+	return out
 }
 
 func TestSequenceAllocatorMonotonicUnderConcurrency(t *testing.T) {
@@ -118,9 +188,12 @@ func TestClaimMovesTheRowToDispatchingAtomically(t *testing.T) {
 	pool, st := newQueue(t)
 	ctx := context.Background()
 	id, _ := enqueue(t, pool, "ins-1", "p1", "k1")
-	ds, err := st.Claim(ctx, 10)
-	if err != nil || len(ds) != 1 || ds[0].OutboxID != id || ds[0].AttemptNo != 1 {
-		t.Fatalf("claim: %+v %v", ds, err)
+	b, by := claim(t, st, 10)
+	if b == nil || len(b.Rows()) != 1 || b.Rows()[by["p1"]].ID != id || b.Rows()[0].Attempts != 0 {
+		t.Fatalf("claim: %+v", b)
+	}
+	if r := b.Rows()[0]; r.Topic != "sepa" || string(r.Key) != "p1" || r.AggregateID != "ins-1" || r.Extra == nil || *r.Extra[0] != "k1" {
+		t.Errorf("claimed row %+v: want topic sepa, key p1, instruction ins-1 and the idempotency key", r)
 	}
 	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_pending"); n != 0 {
 		t.Errorf("%d pending rows after the claim", n)
@@ -133,8 +206,8 @@ func TestClaimMovesTheRowToDispatchingAtomically(t *testing.T) {
 	pgtest.Exec(t, pool, `CREATE FUNCTION payments.refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN RAISE EXCEPTION 'refused by the test'; END $$;
 CREATE TRIGGER refuse BEFORE INSERT ON payments.payment_outbox_attempts FOR EACH ROW EXECUTE FUNCTION payments.refuse()`)
-	if ds, err := st.Claim(ctx, 10); err == nil {
-		t.Fatalf("claim succeeded although the archive refused: %+v", ds)
+	if b, err := st.Claim(ctx, 10); err == nil {
+		t.Fatalf("claim succeeded although the archive refused: %+v", b)
 	}
 	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_pending WHERE outbox_id = $1", id2); n != 1 {
 		t.Error("the row left the pending table without its DISPATCHING attempt")
@@ -147,50 +220,73 @@ func TestOutcomes(t *testing.T) {
 	ctx := context.Background()
 	enqueue(t, pool, "ins-1", "p1", "k1")
 	enqueue(t, pool, "ins-2", "p2", "k2")
-	ds, err := st.Claim(ctx, 10)
-	if err != nil || len(ds) != 2 {
-		t.Fatalf("claim: %+v %v", ds, err)
+	enqueue(t, pool, "ins-3", "p3", "k3")
+	enqueue(t, pool, "ins-4", "p4", "k4")
+	b, by := claim(t, st, 10)
+	if b == nil || len(b.Rows()) != 4 {
+		t.Fatalf("claim: %+v", b)
 	}
-	ok, retry := ds[0], ds[1]
-	if ok.ParticipantID != "p1" {
-		ok, retry = retry, ok
-	}
-	if err := st.Dispatched(ctx, ok, queue.Outcome{RailReference: "ref-1", RailCode: "ACCP", Latency: 42 * time.Millisecond}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Dispatched(ctx, ok, queue.Outcome{}); !errors.Is(err, queue.ErrSettled) {
-		t.Errorf("a second outcome for one attempt: %v, want ErrSettled", err)
-	}
+	rows := b.Rows()
+	ok, retry, dead, unsent := by["p1"], by["p2"], by["p3"], by["p4"]
+	receipts := make([]source.Receipt, len(rows))
+	receipts[ok] = source.Receipt{Reference: "ref-1", Code: "ACCP", Latency: 42 * time.Millisecond}
+	receipts[retry] = source.Receipt{Code: "503"}
+	receipts[dead] = source.Receipt{Code: "AC01"}
 	at := time.Now().Add(time.Hour)
-	if err := st.Retry(ctx, retry, queue.Outcome{RailCode: "TIMEOUT", ErrorMessage: "no answer"}, at); err != nil {
+	o := source.Outcome{Published: []int{ok}, Retry: []source.Retry{{Index: retry, Attempts: 1, At: at, Err: "HTTP 503"}},
+		Dead: []source.Dead{{Index: dead, Attempts: 1, Reason: "invalid account", PayloadIsJSON: true}}, Receipts: receipts}
+	if err := b.Complete(ctx, o); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Retry(ctx, retry, queue.Outcome{}, at); !errors.Is(err, queue.ErrSettled) {
-		t.Errorf("a second retry of one attempt: %v, want ErrSettled", err)
+	if err := b.Complete(ctx, o); !errors.Is(err, queue.ErrSettled) {
+		t.Errorf("a second outcome for the same attempts: %v, want ErrSettled", err)
 	}
 	// Success: DISPATCHED with the rail's reference and code; not requeued.
 	if n := count(t, pool, `SELECT count(*) FROM payments.payment_outbox_attempts WHERE outbox_id = $1 AND state = 'DISPATCHED'
-  AND rail_reference = 'ref-1' AND rail_code = 'ACCP' AND latency_ms = 42 AND completed_at IS NOT NULL`, ok.OutboxID); n != 1 {
+  AND rail_reference = 'ref-1' AND rail_code = 'ACCP' AND latency_ms = 42 AND completed_at IS NOT NULL`, rows[ok].ID); n != 1 {
 		t.Error("no DISPATCHED attempt with the rail's reference, code and latency")
 	}
-	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_pending WHERE outbox_id = $1", ok.OutboxID); n != 0 {
+	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_pending WHERE outbox_id = $1", rows[ok].ID); n != 0 {
 		t.Error("a dispatched row was requeued")
 	}
 	// Retry: RETRYABLE appended, the row back with the same ids, one more attempt, due later.
-	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_attempts WHERE outbox_id = $1 AND state = 'RETRYABLE'", retry.OutboxID); n != 1 {
-		t.Error("no RETRYABLE attempt")
+	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_attempts WHERE outbox_id = $1 AND state = 'RETRYABLE' AND rail_code = '503' AND error_message = 'HTTP 503'", rows[retry].ID); n != 1 {
+		t.Error("no RETRYABLE attempt with the rail's code and the error")
 	}
-	if n := count(t, pool, `SELECT count(*) FROM payments.payment_outbox_pending WHERE outbox_id = $1 AND sequence_id = $2
-  AND attempt_count = 1 AND next_attempt_at > now() + interval '59 minutes'`, retry.OutboxID, retry.SequenceID); n != 1 {
+	if n := count(t, pool, `SELECT count(*) FROM payments.payment_outbox_pending WHERE outbox_id = $1 AND sequence_id = 1
+  AND attempt_count = 1 AND next_attempt_at > now() + interval '59 minutes'`, rows[retry].ID); n != 1 {
 		t.Error("the retried row is not back once, with the same sequence, one attempt counted, due after its backoff")
 	}
-	if ds, err := st.Claim(ctx, 10); err != nil || len(ds) != 0 {
-		t.Errorf("a row backing off was claimed: %+v %v", ds, err)
+	// Terminal: FAILED with the reason, a dead letter the relay lists; not requeued.
+	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_attempts WHERE outbox_id = $1 AND state = 'FAILED' AND error_code = 'AC01' AND error_message = 'invalid account'", rows[dead].ID); n != 1 {
+		t.Error("no FAILED attempt with the rail's code and the reason")
+	}
+	dl, err := postgres.ListFailed(ctx, pool, "outbox_relay", source.DLQFilter{Source: "payments"})
+	if err != nil || len(dl) != 1 || dl[0].OriginalEventID != rows[dead].ID || dl[0].Reason != "invalid account" {
+		t.Fatalf("dead letters %+v (%v), want the FAILED row's with its reason", dl, err)
+	}
+	// Unsent: given back as it was, due now.
+	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_attempts WHERE outbox_id = $1 AND state = 'RETRYABLE' AND error_code = 'RELEASED'", rows[unsent].ID); n != 1 {
+		t.Error("the row left unsent has no RETRYABLE RELEASED attempt")
+	}
+	if b, _ := claim(t, st, 10); b == nil || len(b.Rows()) != 1 || b.Rows()[0].ID != rows[unsent].ID || b.Rows()[0].Attempts != 1 {
+		t.Fatalf("after the outcomes claimed %+v, want only the unsent row, as its second attempt", b)
+	}
+	// A replay puts the dead letter's row back, once.
+	if n, err := st.Replay(ctx, dl, "test"); err != nil || n != 1 {
+		t.Fatalf("replay: %d %v", n, err)
+	}
+	if _, err := st.Replay(ctx, dl, "test"); !errors.Is(err, queue.ErrNotReplayable) {
+		t.Errorf("a second replay while the row is pending: %v, want ErrNotReplayable", err)
+	}
+	if b, by := claim(t, st, 10); b == nil || len(b.Rows()) != 1 || b.Rows()[by["p3"]].ID != rows[dead].ID {
+		t.Fatalf("after the replay claimed %+v, want the replayed row", b)
 	}
 }
 
 // TestStrictSequencePerParticipant: a participant's dispatches go one at a
-// time in sequence order; its retry holds it alone; a gap holds it.
+// time in sequence order; its retry holds it alone; a gap holds it, and
+// Gaps names it.
 func TestStrictSequencePerParticipant(t *testing.T) {
 	t.Parallel()
 	pool, st := newQueue(t)
@@ -199,107 +295,83 @@ func TestStrictSequencePerParticipant(t *testing.T) {
 		enqueue(t, pool, fmt.Sprintf("a-%d", i), "pa", fmt.Sprint(i))
 	}
 	enqueue(t, pool, "b-0", "pb", "0")
-	claimed := func() map[string][]int64 {
-		ds, err := st.Claim(ctx, 10)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out := map[string][]int64{}
-		for _, d := range ds {
-			out[d.ParticipantID] = append(out[d.ParticipantID], d.SequenceID)
-		}
-		return out
-	}
-	first, err := st.Claim(ctx, 10)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bySeq := map[string]int64{}
-	var pa1, pb1 queue.Dispatch
-	for _, d := range first {
-		bySeq[d.ParticipantID] = d.SequenceID
-		if d.ParticipantID == "pa" {
-			pa1 = d
-		} else {
-			pb1 = d
-		}
-	}
-	if len(first) != 2 || bySeq["pa"] != 1 || bySeq["pb"] != 1 {
-		t.Fatalf("first claim %v, want pa's 1 and pb's 1 only", bySeq)
+	first, by := claim(t, st, 10)
+	if got := sequences(t, pool, first); len(got) != 2 || !slices.Equal(got["pa"], []int64{1}) || !slices.Equal(got["pb"], []int64{1}) {
+		t.Fatalf("first claim %v, want pa's 1 and pb's 1 only", got)
 	}
 	// pa's first is in flight: nothing more of pa.
-	if got := claimed(); len(got["pa"]) != 0 {
-		t.Fatalf("claimed %v while pa's 1 is in flight", got)
+	if b, _ := claim(t, st, 10); b != nil {
+		t.Fatalf("claimed %v while pa's 1 and pb's 1 are in flight", sequences(t, pool, b))
 	}
 	// pa's first backs off: pa waits; others do not.
-	if err := st.Retry(ctx, pa1, queue.Outcome{RailCode: "BUSY"}, time.Now().Add(-time.Second)); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Dispatched(ctx, pb1, queue.Outcome{RailReference: "r"}); err != nil {
-		t.Fatal(err)
-	}
 	enqueue(t, pool, "b-1", "pb", "1")
-	got := claimed()
-	if !slices.Equal(got["pa"], []int64{1}) || !slices.Equal(got["pb"], []int64{2}) {
+	if err := first.Complete(ctx, source.Outcome{Published: []int{by["pb"]},
+		Retry: []source.Retry{{Index: by["pa"], Attempts: 1, At: time.Now().Add(-time.Second), Err: "busy"}}}); err != nil {
+		t.Fatal(err)
+	}
+	second, by := claim(t, st, 10)
+	if got := sequences(t, pool, second); !slices.Equal(got["pa"], []int64{1}) || !slices.Equal(got["pb"], []int64{2}) {
 		t.Fatalf("after pa's retry claimed %v, want pa's 1 again and pb's 2", got)
 	}
 	// A gap: pa's 2 goes missing from the queue; 3 must not go.
 	pgtest.Exec(t, pool, "DELETE FROM payments.payment_outbox_pending WHERE participant_id = 'pa' AND sequence_id = 2")
-	var second queue.Dispatch
-	if err := pool.QueryRow(ctx, `SELECT attempt_id::text, outbox_id::text, instruction_id, participant_id, idempotency_key, rail_type,
-  sequence_id, attempt_no, payload::text, claimed_at FROM payments.payment_outbox_attempts
-WHERE participant_id = 'pa' AND sequence_id = 1 AND attempt_no = 2`).Scan(&second.AttemptID, &second.OutboxID, &second.InstructionID,
-		&second.ParticipantID, &second.IdempotencyKey, &second.RailType, &second.SequenceID, &second.AttemptNo, &second.Payload, &second.ClaimedAt); err != nil {
+	if err := second.Complete(ctx, source.Outcome{Published: []int{by["pa"], by["pb"]}}); err != nil {
 		t.Fatal(err)
 	}
-	if err := st.Dispatched(ctx, second, queue.Outcome{RailReference: "r"}); err != nil {
-		t.Fatal(err)
+	if b, _ := claim(t, st, 10); b != nil {
+		t.Fatalf("claimed %v past pa's missing 2", sequences(t, pool, b))
 	}
-	if got := claimed(); len(got["pa"]) != 0 {
-		t.Fatalf("claimed %v past pa's missing 2", got)
+	gaps, err := st.Gaps(ctx)
+	if err != nil || len(gaps) != 1 || gaps[0] != (queue.Gap{Participant: "pa", Next: 3, Last: 1}) {
+		t.Errorf("gaps %+v (%v), want pa waiting at 3 after 1", gaps, err)
 	}
 }
 
 // TestReaperRequeuesZombies: a dispatch left DISPATCHING past the timeout
 // (its dispatcher died) is put back once, with a ZOMBIE_REQUEUE outcome,
-// however many reapers run at once; then it is claimed again.
+// however many reapers run at once; then it is claimed again, and the dead
+// dispatcher's late outcome is refused.
 func TestReaperRequeuesZombies(t *testing.T) {
 	t.Parallel()
 	pool, st := newQueue(t)
 	ctx := context.Background()
 	id, seq := enqueue(t, pool, "ins-1", "p1", "k1")
 	enqueue(t, pool, "ins-2", "p1", "k2") // held behind the zombie
-	if ds, err := st.Claim(ctx, 10); err != nil || len(ds) != 1 {
-		t.Fatalf("claim: %+v %v", ds, err)
+	zombie, _ := claim(t, st, 10)
+	if zombie == nil || len(zombie.Rows()) != 1 {
+		t.Fatalf("claim: %+v", zombie)
 	}
-	if n, err := st.Reap(ctx, 2*time.Minute); err != nil || n != 0 {
-		t.Fatalf("reap of a fresh dispatch: %d %v", n, err)
+	if zs, err := st.Reap(ctx, 2*time.Minute); err != nil || len(zs) != 0 {
+		t.Fatalf("reap of a fresh dispatch: %v %v", zs, err)
 	}
 	pgtest.Exec(t, pool, "UPDATE payments.payment_outbox_attempts SET claimed_at = now() - interval '10 minutes'")
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	total := 0
+	var total []queue.Zombie
 	for range 5 {
 		wg.Go(func() {
-			n, err := st.Reap(ctx, 2*time.Minute)
+			zs, err := st.Reap(ctx, 2*time.Minute)
 			if err != nil {
 				t.Error(err)
 			}
 			mu.Lock()
-			total += n
+			total = append(total, zs...)
 			mu.Unlock()
 		})
 	}
 	wg.Wait()
-	if total != 1 {
-		t.Fatalf("five reapers put back %d rows, want 1", total)
+	if len(total) != 1 || total[0] != (queue.Zombie{ID: id, Participant: "p1", Sequence: seq}) {
+		t.Fatalf("five reapers put back %+v, want p1's row once", total)
 	}
 	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_attempts WHERE outbox_id = $1 AND state = 'ZOMBIE_REQUEUE'", id); n != 1 {
 		t.Errorf("%d ZOMBIE_REQUEUE outcomes, want 1", n)
 	}
-	ds, err := st.Claim(ctx, 10)
-	if err != nil || len(ds) != 1 || ds[0].OutboxID != id || ds[0].SequenceID != seq || ds[0].AttemptNo != 2 {
-		t.Fatalf("after the reap claimed %+v (%v), want the same row again as attempt 2", ds, err)
+	again, _ := claim(t, st, 10)
+	if again == nil || len(again.Rows()) != 1 || again.Rows()[0].ID != id || again.Rows()[0].Attempts != 1 {
+		t.Fatalf("after the reap claimed %+v, want the same row again as attempt 2", again)
+	}
+	if err := zombie.Complete(ctx, source.Outcome{Published: []int{0}}); !errors.Is(err, queue.ErrSettled) {
+		t.Errorf("the dead dispatcher's late outcome: %v, want ErrSettled", err)
 	}
 }
 
@@ -311,19 +383,16 @@ func TestGauges(t *testing.T) {
 	enqueue(t, pool, "ins-2", "p2", "k2")
 	enqueue(t, pool, "ins-3", "p3", "k3")
 	pgtest.Exec(t, pool, "UPDATE payments.payment_outbox_pending SET created_at = now() - interval '90 seconds', next_attempt_at = now() - interval '90 seconds' WHERE instruction_id = 'ins-3'")
-	ds, err := st.Claim(ctx, 2) // ins-3 first: the oldest
-	if err != nil || len(ds) != 2 {
-		t.Fatalf("claim: %+v %v", ds, err)
+	b, _ := claim(t, st, 2) // ins-3 first: the oldest
+	if b == nil || len(b.Rows()) != 2 || b.Rows()[0].AggregateID != "ins-3" {
+		t.Fatalf("claim: %+v", b)
 	}
-	if err := st.Failed(ctx, ds[0], queue.Outcome{ErrorCode: "INVALID_IBAN"}); err != nil {
-		t.Fatal(err)
-	}
-	pgtest.Exec(t, pool, "UPDATE payments.payment_outbox_attempts SET claimed_at = now() - interval '5 minutes' WHERE state = 'DISPATCHING'")
+	pgtest.Exec(t, pool, "UPDATE payments.payment_outbox_attempts SET claimed_at = now() - interval '5 minutes' WHERE instruction_id = 'ins-3'")
 	g, err := st.Gauges(ctx, 2*time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Pending != 1 || g.DeadLetters != 1 || g.StuckDispatching != 1 || g.OldestPendingAge <= 0 || g.OldestPendingAge > time.Minute {
-		t.Errorf("gauges %+v: want 1 pending (under a minute old), 1 dead letter, 1 stuck dispatch", g)
+	if g.Pending != 1 || g.StuckDispatching != 1 || g.OldestPendingAge <= 0 || g.OldestPendingAge > time.Minute {
+		t.Errorf("gauges %+v: want 1 pending (under a minute old), 1 stuck dispatch", g)
 	}
 }
