@@ -32,6 +32,9 @@ func fenceOf(s *Source) *source.Fence {
 	if s.PG != nil {
 		return &s.PG.Fence
 	}
+	if s.Queue != nil {
+		return &s.Queue.Fence
+	}
 	return nil
 }
 
@@ -94,8 +97,10 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 			w := build()
 			r.set(w)
 			retained := a.startRetention(wctx, s)
+			maintained := a.startQueueMaintenance(wctx, s)
 			_ = w.Run(wctx)
 			<-retained
+			<-maintained
 			r.set(nil)
 			if fence != nil {
 				fence.Set(nil)

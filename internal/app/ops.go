@@ -30,6 +30,9 @@ func (s *Source) Replay(ctx context.Context, events []source.FailedEvent, actor 
 	if s.MySQL != nil {
 		return s.MySQL.Store.Replay(ctx, events, actor)
 	}
+	if s.Queue != nil {
+		return s.Queue.Replay(ctx, events, actor)
+	}
 	return s.PG.Replay(ctx, events, actor)
 }
 

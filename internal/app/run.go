@@ -71,8 +71,8 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 
-	ls := &listeners{ctx: ctx, wg: &wg, start: func(db string) *postgres.Listener {
-		return postgres.NewListener(a.cfg.Databases[db].DSN, a.cfg.RelaySchema, a.log.With("database", db))
+	ls := &listeners{ctx: ctx, wg: &wg, start: func(db, channel string) *postgres.Listener {
+		return postgres.NewListener(a.cfg.Databases[db].DSN, channel, a.log.With("database", db, "channel", channel))
 	}}
 	listenerFor := ls.get
 	start := func(s *Source) error {
@@ -142,7 +142,7 @@ func (a *App) Run(ctx context.Context) error {
 
 // prepare connects a source's sink and sets up its wake-up path; it returns
 // what builds a worker each time the source's lease is acquired.
-func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *postgres.Listener) (func() *relay.Worker, error) {
+func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, channel string) *postgres.Listener) (func() *relay.Worker, error) {
 	cs := s.Config
 	snk, err := a.sink(cs.Sink)
 	if err != nil {
@@ -166,11 +166,18 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 	if s.MySQL != nil && cs.Notify == "on" {
 		return nil, fmt.Errorf("sources[%d].notify: on needs PostgreSQL (LISTEN/NOTIFY); MySQL sources poll", s.Index)
 	}
-	if cs.Notify != "off" && s.MySQL == nil {
+	if s.Queue != nil && cs.Notify != "off" {
+		// The queue's own trigger notifies its channel.
+		if ch := s.Layout.Queue.Archive.Channel; ch != "" {
+			wake = listenerFor(cs.Database, ch).SubscribeAll()
+		} else if cs.Notify == "on" {
+			return nil, fmt.Errorf("sources[%d].notify: on, but the layout names no state.queue.channel", s.Index)
+		}
+	} else if cs.Notify != "off" && s.MySQL == nil {
 		has, err := a.ensureTrigger(ctx, s)
 		switch {
 		case has:
-			wake = listenerFor(cs.Database).Subscribe(s.Table)
+			wake = listenerFor(cs.Database, a.cfg.RelaySchema).Subscribe(s.Table)
 		case cs.Notify == "on":
 			return nil, fmt.Errorf("sources[%d].notify: on, but the wake-up trigger is missing on %s and could not be installed: %w", s.Index, s.Table, err)
 		default:
@@ -190,7 +197,8 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(string) *
 		Name:   s.Name, Owner: a.owner, Store: s.Store, Sink: snk, SinkName: cs.Sink, Topic: s.Layout.Topic.String(), Headers: headerExtras(s.Layout), Routes: routes,
 		BatchSize: cs.BatchSize, Pipeline: cs.Pipeline, Ordering: cs.Ordering == nil || *cs.Ordering,
 		MaxAttempts: cs.MaxAttempts, Backoff: relay.Backoff{Initial: cs.Backoff.Initial.D(), Max: cs.Backoff.Max.D()},
-		PollMin: cs.Poll.Min.D(), PollMax: cs.Poll.Max.D(), ValidateJSON: s.Layout.PayloadJSON,
+		PollMin: cs.Poll.Min.D(), PollMax: cs.Poll.Max.D(), PollFallback: cs.Poll.Fallback.D(), Debounce: cs.Poll.Debounce.D(),
+		ValidateJSON: s.Layout.PayloadJSON,
 		Wake: wake, ShutdownTimeout: a.cfg.Shutdown.Timeout.D(), StatsInterval: a.statsInterval,
 		MaxOldestPending: cs.Readiness.MaxOldestPending.D(), MaxClaimFailure: cs.Readiness.MaxClaimFailure.D(),
 		Metrics: a.metrics.Source(s.Name), Logger: a.log,
@@ -224,28 +232,30 @@ func (a *App) ensureTrigger(ctx context.Context, s *Source) (bool, error) {
 	return true, nil
 }
 
-// listeners holds one NOTIFY listener per database, started on first use.
+// listeners holds one NOTIFY listener per database and channel, started on
+// first use.
 // Discovery rules start sources concurrently, so it is locked.
 type listeners struct {
 	ctx   context.Context
 	wg    *sync.WaitGroup
-	start func(db string) *postgres.Listener
+	start func(db, channel string) *postgres.Listener
 
 	mu sync.Mutex
 	by map[string]*postgres.Listener
 }
 
-func (ls *listeners) get(db string) *postgres.Listener {
+func (ls *listeners) get(db, channel string) *postgres.Listener {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	if l, ok := ls.by[db]; ok {
+	key := db + "\x00" + channel
+	if l, ok := ls.by[key]; ok {
 		return l
 	}
 	if ls.by == nil {
 		ls.by = map[string]*postgres.Listener{}
 	}
-	l := ls.start(db)
-	ls.by[db] = l
+	l := ls.start(db, channel)
+	ls.by[key] = l
 	ls.wg.Go(func() { _ = l.Run(ls.ctx) })
 	return l
 }

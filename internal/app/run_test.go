@@ -10,20 +10,20 @@ import (
 )
 
 // Discovery rules start sources from several goroutines at once: each
-// database still gets exactly one listener (run with -race).
+// database and channel still gets exactly one listener (run with -race).
 func TestListenersOnePerDatabase(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel() // the listeners' Run returns at once
 	var wg sync.WaitGroup
 	var started atomic.Int32
-	ls := &listeners{ctx: ctx, wg: &wg, start: func(db string) *postgres.Listener {
+	ls := &listeners{ctx: ctx, wg: &wg, start: func(db, channel string) *postgres.Listener {
 		started.Add(1)
-		return postgres.NewListener("postgres://127.0.0.1:1/"+db, "outbox_relay", nil)
+		return postgres.NewListener("postgres://127.0.0.1:1/"+db, channel, nil)
 	}}
 	var callers sync.WaitGroup
 	got := make([]*postgres.Listener, 8)
 	for i := range got {
-		callers.Go(func() { got[i] = ls.get([]string{"a", "b"}[i%2]) })
+		callers.Go(func() { got[i] = ls.get([]string{"a", "b"}[i%2], "outbox_relay") })
 	}
 	callers.Wait()
 	wg.Wait()

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/queue"
 )
 
 // Source is one outbox table with its layout checked, ready to run.
@@ -34,6 +35,8 @@ type Source struct {
 	PG    *postgres.Store
 	// MySQL is set for a MySQL or MariaDB source.
 	MySQL *MySQLSource
+	// Queue is set for a PostgreSQL source in state mode queue (PG is nil).
+	Queue *queue.Store
 	// Routes are the source's routes with their columns checked against
 	// the table (sinks are connected when the source starts).
 	Routes []relay.Route
@@ -204,6 +207,14 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 	routes, err := routeExtras(path, cs.Routes, l, cols)
 	if err != nil {
 		return nil, err
+	}
+	if l.Queue != nil {
+		qs, err := a.newQueueSource(ctx, i, cs, name, t, l)
+		if err != nil {
+			return nil, err
+		}
+		return &Source{Name: name, Index: i, Config: cs, Pool: pool, DSN: a.cfg.Databases[cs.Database].DSN, Table: t, Layout: l,
+			Routes: routes, Store: qs, Queue: qs}, nil
 	}
 	ordering := cs.Ordering == nil || *cs.Ordering
 	st := postgres.New(pool, postgres.Options{Source: name, Table: t, RelaySchema: a.cfg.RelaySchema, Layout: l, Ordering: ordering,

@@ -31,6 +31,14 @@
 //	outbox_relay_claim_duration_seconds{source}    one claim query
 //	outbox_relay_batch_size{source}                events per claimed batch
 //	outbox_relay_commit_to_publish_seconds{source} age of an event when it was published
+//
+// Sources in state mode queue (payment dispatch) also export:
+//
+//	outbox_relay_queue_attempts_total{source,state}     outcomes appended to the archive, by state
+//	outbox_relay_queue_reaper_requeues_total{source}    zombie dispatches put back by the reaper
+//	outbox_relay_queue_stuck_dispatching{source}        dispatches without an outcome past the reaper's timeout
+//	outbox_relay_queue_sequence_gaps{source}            participants held by a hole in their sequence
+//	outbox_relay_dispatch_latency_seconds{source}       one dispatch, request to answer (histogram)
 package metrics
 
 import (
@@ -81,6 +89,12 @@ type Metrics struct {
 	ClaimDuration   *prometheus.HistogramVec // {source}, seconds
 	BatchSize       *prometheus.HistogramVec // {source}, events
 	CommitToPublish *prometheus.HistogramVec // {source}, seconds
+
+	QueueAttempts       *prometheus.CounterVec   // {source, state}
+	QueueReaperRequeues *prometheus.CounterVec   // {source}
+	QueueStuck          *prometheus.GaugeVec     // {source}
+	QueueGaps           *prometheus.GaugeVec     // {source}
+	DispatchLatency     *prometheus.HistogramVec // {source}, seconds
 }
 
 // New creates the metrics and registers them with reg. It panics if one of
@@ -140,7 +154,47 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Events per claimed batch.", SizeBuckets),
 		CommitToPublish: histogram("commit_to_publish_seconds",
 			"Age of an event (since its transaction committed) when it was published.", DurationBuckets),
+
+		QueueAttempts: counter("queue_attempts_total",
+			"Attempts appended to a queue's archive, by state.", "source", "state"),
+		QueueReaperRequeues: counter("queue_reaper_requeues_total",
+			"Dispatches left without an outcome that the reaper put back.", source...),
+		QueueStuck: gauge("queue_stuck_dispatching",
+			"Dispatches without an outcome for longer than the reaper's timeout."),
+		QueueGaps: gauge("queue_sequence_gaps",
+			"Participants whose next dispatch waits on a sequence number missing from the queue."),
+		DispatchLatency: histogram("dispatch_latency_seconds",
+			"Time of one dispatch, from the request to the destination's answer.", DurationBuckets),
 	}
+}
+
+// QueueMetrics are a queue source's own metrics, label applied.
+type QueueMetrics struct {
+	ReaperRequeues  prometheus.Counter
+	Stuck, Gaps     prometheus.Gauge
+	DispatchLatency prometheus.Observer
+	attempts        *prometheus.CounterVec
+}
+
+// Queue returns the queue metrics of the named source, every series at
+// zero.
+func (m *Metrics) Queue(name string, states ...string) *QueueMetrics {
+	q := &QueueMetrics{
+		ReaperRequeues:  m.QueueReaperRequeues.WithLabelValues(name),
+		Stuck:           m.QueueStuck.WithLabelValues(name),
+		Gaps:            m.QueueGaps.WithLabelValues(name),
+		DispatchLatency: m.DispatchLatency.WithLabelValues(name),
+		attempts:        m.QueueAttempts.MustCurryWith(prometheus.Labels{"source": name}),
+	}
+	for _, st := range states {
+		q.Attempts(st)
+	}
+	return q
+}
+
+// Attempts is the counter of the archive's attempts in state.
+func (q *QueueMetrics) Attempts(state string) prometheus.Counter {
+	return q.attempts.WithLabelValues(state)
 }
 
 // SourceMetrics are the metrics of one source, label already applied.

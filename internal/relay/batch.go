@@ -74,6 +74,9 @@ func (w *Worker) publish(ctx context.Context, f *inflight) {
 			a.errs[i], a.results[i] = err, order.Invalid
 			continue
 		}
+		if w.receipts {
+			m.Receipt = &sink.Receipt{}
+		}
 		a.msgs[i] = m
 		if f.ticket != nil && f.ticket.Waits(a.keys[i]) {
 			later = append(later, i)
@@ -201,6 +204,14 @@ func (w *Worker) decide(a *attempt) {
 		a.at[i] = now.Add(retryDelay(w.o.Backoff, r.Attempts+1, a.errs[i]))
 	}
 	f.held = order.Schedule(a.keys, v.Fates, a.at, now.Add(w.holdFloor()))
+	if w.receipts {
+		f.outcome.Receipts = make([]source.Receipt, len(f.rows))
+		for i, m := range a.msgs {
+			if m != nil && m.Receipt != nil {
+				f.outcome.Receipts[i] = source.Receipt{Reference: m.Receipt.Reference, Code: m.Receipt.Code, Latency: m.Receipt.Latency}
+			}
+		}
+	}
 	for i, fate := range v.Fates {
 		r := &f.rows[i]
 		switch fate {

@@ -43,6 +43,12 @@ type Options struct {
 	ValidateJSON bool
 	// Wake, when not nil, signals that rows may have arrived (NOTIFY).
 	Wake <-chan struct{}
+	// PollFallback caps the wait between claims of an idle source that
+	// Wake wakes (default 10 × PollMax): the safety net.
+	PollFallback time.Duration
+	// Debounce is how long a wake-up waits for more before the claim, so
+	// that a burst of notifications costs one claim.
+	Debounce time.Duration
 	// ShutdownTimeout bounds how long batches in flight may finish after
 	// Run's context is cancelled.
 	ShutdownTimeout time.Duration
@@ -80,6 +86,8 @@ type Worker struct {
 	// latest claim or stats refresh saw it.
 	oldestAge atomic.Int64
 	started   time.Time
+	// receipts says the store records what the destination answered.
+	receipts bool
 }
 
 // NewWorker checks opts and builds a worker.
@@ -100,13 +108,15 @@ func NewWorker(o Options) *Worker {
 		o.PollMax = o.PollMin
 	}
 	now := time.Now()
+	rt, ok := o.Store.(source.ReceiptTaker)
 	return &Worker{
-		o:       o,
-		log:     o.Logger.With("source", o.Name),
-		targets: newTargets(o),
-		book:    order.NewBook(),
-		started: now,
-		samples: []deliveredAt{{at: now}},
+		receipts: ok && rt.TakesReceipts(),
+		o:        o,
+		log:      o.Logger.With("source", o.Name),
+		targets:  newTargets(o),
+		book:     order.NewBook(),
+		started:  now,
+		samples:  []deliveredAt{{at: now}},
 	}
 }
 
@@ -281,6 +291,9 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 // anyway), so an idle source is polled ten times less often.
 func (w *Worker) idlePoll() time.Duration {
 	if w.o.Wake != nil {
+		if w.o.PollFallback > 0 {
+			return w.o.PollFallback
+		}
 		return 10 * w.o.PollMax
 	}
 	return w.o.PollMax
@@ -297,6 +310,20 @@ func (w *Worker) sleep(ctx context.Context, d time.Duration, wake <-chan struct{
 	case <-wake:
 		if m := w.o.Metrics; m != nil {
 			m.NotifyWakeups.Inc()
+		}
+		if w.o.Debounce > 0 {
+			// Coalesce: the notifications of the next moment are part of
+			// this wake-up.
+			t.Reset(w.o.Debounce)
+			select {
+			case <-ctx.Done():
+				return false
+			case <-t.C:
+			}
+			select {
+			case <-wake:
+			default:
+			}
 		}
 	}
 	return true

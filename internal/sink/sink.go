@@ -29,6 +29,22 @@ type Message struct {
 	PartitionKey []byte
 	Headers      []Header
 	Payload      []byte
+	// Receipt, when not nil, is filled by sinks that learn something of
+	// the destination's answer (the webhook sink: its reference, its code,
+	// the request's duration).
+	Receipt *Receipt
+}
+
+// Receipt is what a destination answered to one message. Empty fields are
+// unknown.
+type Receipt struct {
+	// Reference is the destination's id for the message (a payment rail's
+	// reference).
+	Reference string
+	// Code is the destination's answer code: an error code from the body,
+	// else the HTTP status; TIMEOUT when no answer came in time.
+	Code    string
+	Latency time.Duration
 }
 
 // Publisher publishes batches of messages. Implementations must be safe for

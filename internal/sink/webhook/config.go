@@ -64,6 +64,10 @@ type Config struct {
 	HMAC HMAC `yaml:"hmac"`
 	// ErrorCodes classifies failures by a code read from the response body.
 	ErrorCodes ErrorCodes `yaml:"error_codes"`
+	// ReferencePath is the dot-separated path, in a JSON response body, of
+	// the destination's reference for the message (e.g. "payment.id"),
+	// recorded by sources that keep receipts (state mode queue).
+	ReferencePath string `yaml:"reference_path"`
 	TLS        TLS        `yaml:"tls"`
 	// Ably configures the ably preset.
 	Ably Ably `yaml:"ably"`

@@ -1,13 +1,16 @@
 package webhook
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"sync"
+	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 )
@@ -105,17 +108,33 @@ func (p *Publisher) send(ctx context.Context, m *sink.Message) error {
 	if err != nil {
 		return fmt.Errorf("message %s: %w", m.ID, err)
 	}
+	start := time.Now()
 	resp, err := p.client.Do(req)
 	if err != nil {
 		// Network failure, timeout or cancellation: the server may or may
 		// not have the message; a retry is safe (Idempotency-Key).
+		if m.Receipt != nil {
+			m.Receipt.Latency = time.Since(start)
+			if errors.Is(err, context.DeadlineExceeded) {
+				m.Receipt.Code = "TIMEOUT"
+			}
+		}
 		return fmt.Errorf("message %s: %w", m.ID, err)
 	}
 	defer drain(resp.Body)
-	if resp.StatusCode >= 200 && resp.StatusCode <= 299 {
+	ok := resp.StatusCode >= 200 && resp.StatusCode <= 299
+	if ok && m.Receipt == nil {
 		return nil
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, maxReadBody))
+	if m.Receipt != nil {
+		m.Receipt.Latency = time.Since(start)
+		m.Receipt.Code = cmp.Or(codeAt(body, p.cfg.ErrorCodes.Path), strconv.Itoa(resp.StatusCode))
+		m.Receipt.Reference = codeAt(body, p.cfg.ReferencePath)
+	}
+	if ok {
+		return nil
+	}
 	if err != nil {
 		return fmt.Errorf("message %s: HTTP %d, reading the body: %w", m.ID, resp.StatusCode, err)
 	}

@@ -80,9 +80,23 @@ type Listener struct {
 	wakes map[string][]chan struct{} // "schema.table" -> wake channels
 }
 
-// NewListener listens on the relay schema's channel of the database at dsn.
-func NewListener(dsn, relaySchema string, log *slog.Logger) *Listener {
-	return &Listener{dsn: dsn, channel: relaySchema, log: log, wakes: map[string][]chan struct{}{}}
+// NewListener listens on a channel of the database at dsn: the relay
+// schema's (its trigger names the table in the payload), or a queue's.
+func NewListener(dsn, channel string, log *slog.Logger) *Listener {
+	return &Listener{dsn: dsn, channel: channel, log: log, wakes: map[string][]chan struct{}{}}
+}
+
+// anyPayload subscribes to every notification of the channel.
+const anyPayload = "*"
+
+// SubscribeAll returns a channel that receives a signal (coalesced) on
+// every notification, whatever its payload (a queue's trigger).
+func (l *Listener) SubscribeAll() <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	l.mu.Lock()
+	l.wakes[anyPayload] = append(l.wakes[anyPayload], ch)
+	l.mu.Unlock()
+	return ch
 }
 
 // Subscribe returns a channel that receives a signal (coalesced) whenever
@@ -100,7 +114,7 @@ func (l *Listener) wake(key string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for k, chans := range l.wakes {
-		if key != "" && k != key {
+		if key != "" && k != key && k != anyPayload {
 			continue
 		}
 		for _, ch := range chans {

@@ -42,6 +42,10 @@ func (s *Store) Reap(ctx context.Context, timeout time.Duration) ([]Zombie, erro
 	if err != nil {
 		return nil, fmt.Errorf("reap zombie dispatches of %s: %w", s.opts.Table, err)
 	}
+	if m := s.opts.Metrics; m != nil && len(out) > 0 {
+		m.Attempts(s.opts.Layout.Queue.Archive.States.Zombie).Add(float64(len(out)))
+		m.ReaperRequeues.Add(float64(len(out)))
+	}
 	return out, nil
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 	"github.com/outbox-relay/outbox-relay/migrations/queue"
@@ -78,6 +79,9 @@ type Options struct {
 	Table       postgres.Table // the hot table
 	RelaySchema string
 	Layout      *layout.Layout // resolved, mode queue
+	// Metrics, when set, count the attempts appended and the dispatches'
+	// latency.
+	Metrics *metrics.QueueMetrics
 }
 
 // Store claims and records dispatches of one queue. It implements
@@ -173,6 +177,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	if len(b.rows) == 0 {
 		return nil, nil
 	}
+	if m := s.opts.Metrics; m != nil {
+		m.Attempts(s.opts.Layout.Queue.Archive.States.Dispatching).Add(float64(len(b.rows)))
+	}
 	return b, nil
 }
 
@@ -250,16 +257,27 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	if err != nil {
 		return fmt.Errorf("record outcomes on %s: %w", s.opts.Table, err)
 	}
-	recorded, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	got := map[string]bool{}
+	var state, id string
+	_, err = pgx.ForEachRow(rows, []any{&id, &state}, func() error {
+		got[id] = true
+		if m := s.opts.Metrics; m != nil {
+			m.Attempts(state).Inc()
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("record outcomes on %s: %w", s.opts.Table, err)
 	}
-	if len(recorded) == n {
-		return nil
+	if m := s.opts.Metrics; m != nil {
+		for _, r := range o.Receipts {
+			if r.Latency > 0 {
+				m.DispatchLatency.Observe(r.Latency.Seconds())
+			}
+		}
 	}
-	got := map[string]bool{}
-	for _, id := range recorded {
-		got[id] = true
+	if len(got) == n {
+		return nil
 	}
 	var late []string
 	for i, id := range ids {

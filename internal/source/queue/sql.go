@@ -207,7 +207,7 @@ ORDER BY %[14]s`, n.id, n.hot, strings.Join(where, "\n    AND "), order,
   FROM rec JOIN u ON rec.%[6]s = u.id::%[7]s AND rec.%[8]s = u.n
   WHERE rec.%[9]s = %[17]s
 )
-SELECT rec.%[6]s::text FROM rec`,
+SELECT rec.%[6]s::text, rec.%[9]s::text FROM rec`,
 		n.archive, strings.Join(n.copied, ", "), strings.Join(outCols, ", "), cols("a", n.copied), strings.Join(outVals, ", "),
 		n.id, n.idType, n.attemptNo, n.status, n.dispatching,
 		n.hot, strings.Join(backCols, ", "), cols("rec", n.copied), strings.Join(backVals, ", "), n.retryable,

@@ -1,0 +1,99 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/queue"
+)
+
+// newQueueSource builds the store of a source in state mode queue.
+func (a *App) newQueueSource(ctx context.Context, i int, cs config.Source, name string, t postgres.Table, l *layout.Layout) (*queue.Store, error) {
+	st := l.Queue.Archive.States
+	qs, err := queue.New(ctx, a.pools[cs.Database], queue.Options{Source: name, Table: t, RelaySchema: a.cfg.RelaySchema, Layout: l,
+		Metrics: a.metrics.Queue(name, st.Dispatching, st.Dispatched, st.Retryable, st.Failed, st.Zombie)})
+	if err != nil {
+		return nil, fmt.Errorf("sources[%d].layout.%w", i, err)
+	}
+	return qs, nil
+}
+
+// startQueueMaintenance runs, while this process holds the source's lease,
+// the reaper of a queue every reaper interval, and reads its gauges (stuck
+// dispatches, sequence gaps) at each stats interval, logging each gap when
+// it appears. It returns a channel closed when it stops.
+func (a *App) startQueueMaintenance(ctx context.Context, s *Source) <-chan struct{} {
+	done := make(chan struct{})
+	if s.Queue == nil {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		log := a.log.With("source", s.Name)
+		m := a.metrics.Queue(s.Name)
+		timeout, interval := s.Config.Reaper.Timeout.D(), s.Config.Reaper.Interval.D()
+		every := a.statsInterval
+		if every <= 0 {
+			every = 15 * time.Second
+		}
+		every = min(every, interval)
+		var lastReap time.Time
+		seen := map[queue.Gap]bool{}
+		for {
+			if time.Since(lastReap) >= interval {
+				lastReap = time.Now()
+				zs, err := s.Queue.Reap(ctx, timeout)
+				if ctx.Err() != nil {
+					return
+				}
+				if err != nil {
+					log.Warn("reaper failed", "err", err)
+				}
+				for _, z := range zs {
+					log.Warn("zombie dispatch put back: no outcome within the reaper's timeout",
+						"id", z.ID, "participant", z.Participant, "sequence", z.Sequence, "timeout", timeout)
+				}
+			}
+			g, err := s.Queue.Gauges(ctx, timeout)
+			if err == nil {
+				m.Stuck.Set(float64(g.StuckDispatching))
+			}
+			gaps, gerr := s.Queue.Gaps(ctx)
+			if gerr == nil {
+				m.Gaps.Set(float64(len(gaps)))
+				now := map[queue.Gap]bool{}
+				for _, gp := range gaps {
+					now[gp] = true
+					if !seen[gp] {
+						log.Error("participant held by a gap in its sequence: its next dispatch waits for the missing numbers",
+							"participant", gp.Participant, "missing_from", gp.Last+1, "missing_to", gp.Next-1, "waiting", gp.Next)
+					}
+				}
+				seen = now
+			}
+			if err := cmpErr(err, gerr); err != nil && ctx.Err() == nil {
+				log.Warn("queue gauges", "err", err)
+			}
+			sleepCtx(ctx, every)
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	return done
+}
+
+// cmpErr is the first error that is not nil.
+func cmpErr(errs ...error) error {
+	i := slices.IndexFunc(errs, func(e error) bool { return e != nil })
+	if i < 0 {
+		return nil
+	}
+	return errs[i]
+}
