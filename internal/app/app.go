@@ -29,6 +29,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/queue"
 )
 
 // App is one relay process.
@@ -266,6 +267,12 @@ func MigrateTables(ctx context.Context, cfg *config.Config, db string) error {
 		schema, table, err := config.ParseTableName(s.Table)
 		if err != nil {
 			return fmt.Errorf("sources[%d].table: %w", i, err)
+		}
+		if s.Preset == config.QueuePreset {
+			if err := queue.Migrate(ctx, cfg.Databases[db].DSN, schema); err != nil {
+				return fmt.Errorf("sources[%d]: %w", i, err)
+			}
+			continue
 		}
 		if cfg.Databases[db].Driver == "mysql" {
 			if err := mysql.MigrateTable(ctx, cfg.Databases[db].DSN, mysql.Table{Schema: schema, Name: table}); err != nil {

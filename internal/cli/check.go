@@ -186,6 +186,12 @@ func (c *checker) source(ctx context.Context, s *app.Source) {
 	if s.MySQL != nil || s.Config.Notify == "off" {
 		return
 	}
+	if s.Queue != nil {
+		if ch := s.Layout.Queue.Archive.Channel; ch != "" {
+			c.say("source %s: wake-ups: LISTEN on channel %s (the queue's own trigger), poll every %s at most", s.Name, ch, s.Config.Poll.Fallback)
+		}
+		return
+	}
 	installed, canInstall, err := c.a.TriggerState(ctx, s)
 	switch {
 	case err != nil:

@@ -194,6 +194,9 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 		if s.Discover != nil {
 			ps.add(p+".discover", "a queue (state mode queue) is listed by its table, not discovered")
 		}
+		if s.Retention != nil {
+			ps.add(p+".retention", "a queue's table holds only pending rows, and its archive is the application's record: nothing to purge")
+		}
 	} else if s.Reaper != (Reaper{}) {
 		ps.add(p+".reaper", "only a queue (state mode queue) has dispatches to reap")
 	}

@@ -4,8 +4,13 @@ import "slices"
 
 // NeededPrivileges lists what the layout needs on its outbox table: SELECT
 // always; UPDATE to mark rows (or keep retry columns); DELETE only when the
-// layout deletes delivered rows.
+// layout deletes delivered rows; a queue (mode queue) SELECT, INSERT and
+// DELETE.
 func (l *Layout) NeededPrivileges() []string {
+	if l.Mode == "queue" {
+		// A claim deletes; a retry and a replay put the row back.
+		return []string{"SELECT", "INSERT", "DELETE"}
+	}
 	need := []string{"SELECT"}
 	if l.Mode != "delete" || l.RetryCount != "" || l.Error != "" {
 		need = append(need, "UPDATE")
