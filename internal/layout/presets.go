@@ -66,7 +66,7 @@ var Presets = map[string]config.Layout{
 		Topic: "{rail_type}", Key: "{participant_id}",
 		EventType: "rail_type", AggregateID: "instruction_id",
 		CreatedAt: "created_at", OrderBy: "sequence_id", RetryCount: "attempt_count",
-		ExtraHeaders: map[string]string{"Idempotency-Key": "{idempotency_key}"},
+		ExtraHeaders: map[string]string{"idempotency_key": "{idempotency_key}", "sequence_id": "{sequence_id}"},
 		State: config.State{Mode: "queue", Queue: config.Queue{
 			Attempts: "payment_outbox_attempts", Participant: "participant_id", Sequence: "sequence_id",
 			Due: "next_attempt_at", AttemptNo: "attempt_no", Status: "state",

@@ -192,8 +192,9 @@ func TestClaimMovesTheRowToDispatchingAtomically(t *testing.T) {
 	if b == nil || len(b.Rows()) != 1 || b.Rows()[by["p1"]].ID != id || b.Rows()[0].Attempts != 0 {
 		t.Fatalf("claim: %+v", b)
 	}
-	if r := b.Rows()[0]; r.Topic != "sepa" || string(r.Key) != "p1" || r.AggregateID != "ins-1" || r.Extra == nil || *r.Extra[0] != "k1" {
-		t.Errorf("claimed row %+v: want topic sepa, key p1, instruction ins-1 and the idempotency key", r)
+	if r := b.Rows()[0]; r.Topic != "sepa" || string(r.Key) != "p1" || r.AggregateID != "ins-1" || len(r.Extra) != 2 ||
+		*r.Extra[0] != "k1" || *r.Extra[1] != "1" {
+		t.Errorf("claimed row %+v: want topic sepa, key p1, instruction ins-1, the idempotency key and sequence 1", r)
 	}
 	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_pending"); n != 0 {
 		t.Errorf("%d pending rows after the claim", n)
