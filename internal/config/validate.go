@@ -197,6 +197,17 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 		if s.Retention != nil {
 			ps.add(p+".retention", "a queue's table holds only pending rows, and its archive is the application's record: nothing to purge")
 		}
+		// A dispatch still waiting for its answer must not look abandoned.
+		names := []string{s.Sink}
+		for _, r := range s.Routes {
+			names = append(names, r.Sink)
+		}
+		for _, n := range names {
+			if sk, ok := c.Sinks[n]; ok && sk.Timeout >= s.Reaper.Timeout && s.Reaper.Timeout > 0 {
+				ps.add(p+".reaper.timeout", "must exceed sinks.%s.timeout (%s): a dispatch still waiting for its answer would be put back as a zombie, got %s",
+					n, sk.Timeout, s.Reaper.Timeout)
+			}
+		}
 	} else if s.Reaper != (Reaper{}) {
 		ps.add(p+".reaper", "only a queue (state mode queue) has dispatches to reap")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -188,4 +189,152 @@ func TestQueueDispatch(t *testing.T) {
 		got := attempts(t, pool, b1)
 		return slices.Contains(got, "DISPATCHED ACCP "+ref(b1)+" -"), strings.Join(got, "; ")
 	})
+}
+
+// queueProcConfig writes the configuration of a relay process that
+// relays the queue to r, with a short reaper.
+func queueProcConfig(t *testing.T, dsn string, r *rail, extra string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(path, fmt.Appendf(nil, `log: {level: info, format: text}
+admin: {listen: "off"}
+shutdown: {timeout: 5s}
+lease_ttl: 2s
+databases:
+  main: {dsn: %q}
+sinks:
+  rail:
+    type: webhook
+    timeout: 2500ms
+    webhook: {url: %q, timeout: 2s, reference_path: reference, error_codes: {path: code, codes: {AC01: terminal}}}
+sources:
+  - name: payments
+    table: payments.payment_outbox_pending
+    preset: payment-queue
+    manage_table: true
+    max_attempts: 1000
+    backoff: {initial: 20ms, max: 200ms}
+    reaper: {timeout: 3s, interval: 1s}
+%s`, dsn, r.srv.URL+"/payments", extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// TestQueueReaperAfterSIGKILL kills the relay while the rail holds a
+// dispatch: the next relay's reaper records the attempt as a zombie and
+// puts the row back, and it is dispatched again (same idempotency key)
+// within the reaper's timeout plus one interval of the claim; the
+// participant's next payment waits for it.
+func TestQueueReaperAfterSIGKILL(t *testing.T) {
+	dsn, pool := pgtest.NewDB(t)
+	bin := buildRelay(t)
+	held := make(chan string, 1)
+	r := newRail(t, func(c railCall) answer {
+		if c.Seq == 1 && c.N == 1 {
+			held <- c.ID
+			return answer{status: 200, body: `{"reference": "never seen"}`, delay: time.Hour} // until the relay dies
+		}
+		return ok(ref(c.ID))
+	})
+	cfg := queueProcConfig(t, dsn, r, "")
+	first := startRelay(t, bin, cfg)
+	waitFor(t, 20*time.Second, "the queue's tables", func() (bool, string) {
+		var ok bool
+		_ = pool.QueryRow(context.Background(), "SELECT to_regclass('payments.payment_outbox_pending') IS NOT NULL").Scan(&ok)
+		return ok, "migrate has not created them yet"
+	})
+	x, _ := enqueuePayment(t, pool, "p1", "x", payment(100))
+	y, _ := enqueuePayment(t, pool, "p1", "y", payment(200))
+	select {
+	case id := <-held:
+		if id != x {
+			t.Fatalf("the rail holds %s, want the first payment %s", id, x)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("the first payment never reached the rail:\n%s", first.out.String())
+	}
+	first.kill(t)
+	var claimed time.Time
+	if err := pool.QueryRow(context.Background(), "SELECT claimed_at FROM payments.payment_outbox_attempts WHERE outbox_id = $1::uuid AND attempt_no = 1", x).Scan(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	second := startRelay(t, bin, cfg)
+	waitFor(t, 30*time.Second, "both payments dispatched", func() (bool, string) {
+		var n int
+		_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM payments.payment_outbox_attempts WHERE state = 'DISPATCHED'").Scan(&n)
+		return n == 2, fmt.Sprintf("%d of 2 dispatched", n)
+	})
+	second.checkOutput(t)
+	calls, violations := r.snapshot()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	var again *railCall
+	var order []string
+	for i, c := range calls {
+		order = append(order, fmt.Sprintf("%d#%d", c.Seq, c.N))
+		if c.ID == x && c.N == 2 {
+			again = &calls[i]
+		}
+	}
+	if again == nil {
+		t.Fatalf("the rail never saw the first payment again (same idempotency key): %v", order)
+	}
+	// The reaper's bound: the timeout plus one interval, from the claim
+	// (the clocks of the database and this test agree: same machine).
+	if late := again.At.Sub(claimed); late > 3*time.Second+time.Second+time.Second {
+		t.Errorf("dispatched again %s after its claim, want within the timeout (3s) plus one interval (1s), give or take a second", late)
+	}
+	if !slices.Equal(order, []string{"1#1", "1#2", "2#1"}) && !slices.Equal(order, []string{"1#2", "2#1", "1#1"}) {
+		t.Errorf("the rail answered %v, want the held first payment, its dispatch again, then the second", order)
+	}
+	if got, want := attempts(t, pool, x), []string{"DISPATCHING - - -", "ZOMBIE_REQUEUE - - ZOMBIE_REQUEUE", "DISPATCHING - - -",
+		"DISPATCHED ACCP " + ref(x) + " -"}; !slices.Equal(got, want) {
+		t.Errorf("attempts of the killed dispatch:\n got %q\nwant %q", got, want)
+	}
+	if got := attempts(t, pool, y); len(got) != 2 || got[1] != "DISPATCHED ACCP "+ref(y)+" -" {
+		t.Errorf("attempts of the second payment %q, want one dispatch", got)
+	}
+	if !strings.Contains(second.out.String(), "zombie dispatch put back") {
+		t.Errorf("the relay did not log the zombie:\n%s", second.out.String())
+	}
+}
+
+// TestQueueWakeups: NOTIFY alone drives dispatch (polls far apart), and so
+// does the poll alone (notify off).
+func TestQueueWakeups(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		notify string
+		poll   config.Poll
+	}{
+		{"notify", "on", config.Poll{Min: config.Duration(10 * time.Minute), Max: config.Duration(10 * time.Minute),
+			Fallback: config.Duration(time.Hour), Debounce: config.Duration(30 * time.Millisecond)}},
+		{"poll", "off", config.Poll{Min: config.Duration(50 * time.Millisecond), Max: config.Duration(500 * time.Millisecond),
+			Fallback: config.Duration(500 * time.Millisecond)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dsn, pool := pgtest.NewDB(t)
+			r := newRail(t, func(c railCall) answer { return ok(ref(c.ID)) })
+			src := queueSource(t, tc.poll)
+			src.Notify = tc.notify
+			runRelay(t, railConfig(dsn, r, 2*time.Second, src))
+			// The relay's first claims found the queue empty; it now waits
+			// for a notification, or its next poll.
+			waitFor(t, 10*time.Second, "the relay's first claim", func() (bool, string) {
+				var n int
+				_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox_relay.relay_state WHERE source = 'payments'").Scan(&n)
+				return n == 1, "no relay_state row yet"
+			})
+			for i := range 5 {
+				enqueuePayment(t, pool, fmt.Sprintf("p%d", i), fmt.Sprintf("i%d", i), payment(100))
+			}
+			waitFor(t, 5*time.Second, "the payments dispatched", func() (bool, string) {
+				calls, _ := r.snapshot()
+				return len(calls) == 5, fmt.Sprintf("%d of 5 at the rail", len(calls))
+			})
+		})
+	}
 }
