@@ -397,3 +397,24 @@ func TestGauges(t *testing.T) {
 		t.Errorf("gauges %+v: want 1 pending (under a minute old), 1 stuck dispatch", g)
 	}
 }
+
+// TestClaimFencedByLease: under a lease, a claim takes nothing unless the
+// lease is still this holder's term; a deposed holder's claim leaves the
+// rows to the new one.
+func TestClaimFencedByLease(t *testing.T) {
+	t.Parallel()
+	pool, st := newQueue(t)
+	enqueue(t, pool, "ins-1", "p1", "k1")
+	pgtest.Exec(t, pool, "INSERT INTO outbox_relay.leases (shard, owner, term, expires_at) VALUES ('payments', 'new', 2, now() + interval '1 minute')")
+	st.Fence.Set(&source.Lease{Shard: "payments", Owner: "old", Term: 1})
+	if b, _ := claim(t, st, 10); b != nil {
+		t.Fatalf("a deposed holder claimed %d rows", len(b.Rows()))
+	}
+	if n := count(t, pool, "SELECT count(*) FROM payments.payment_outbox_pending"); n != 1 {
+		t.Fatal("the deposed holder's claim took the row")
+	}
+	st.Fence.Set(&source.Lease{Shard: "payments", Owner: "new", Term: 2})
+	if b, _ := claim(t, st, 10); b == nil || len(b.Rows()) != 1 {
+		t.Fatalf("the holder's claim: %+v", b)
+	}
+}
