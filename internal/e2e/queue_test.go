@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"math/rand/v2"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -337,4 +338,202 @@ func TestQueueWakeups(t *testing.T) {
 			})
 		})
 	}
+}
+
+// TestChaosQueueLedger relays seed 003's queue to a rail that accepts,
+// refuses (AC01), answers busy or too-many-requests, and times out at
+// random, while two relay replicas are SIGKILLed and restarted in turn.
+// The rail is idempotent, as rails are: a payment it accepted is accepted
+// again with the same reference. At the end the archive and the rail
+// reconcile: each payment settled once (DISPATCHED with the rail's
+// reference, or FAILED with its code); no request without a DISPATCHING
+// attempt claimed before it, nor more requests than attempts; one request
+// at a time per participant, never past its first unsettled sequence.
+func TestChaosQueueLedger(t *testing.T) {
+	payments, participants, kills := 150, 6, 6
+	if chaosFull() {
+		payments, participants, kills = 1500, 20, 30
+	}
+	dsn, pool := pgtest.NewDB(t)
+	bin := buildRelay(t)
+	var mu sync.Mutex
+	accepted := map[string]string{} // id -> reference the rail gave
+	refused := map[string]bool{}
+	r := newRail(t, func(c railCall) answer {
+		mu.Lock()
+		defer mu.Unlock()
+		if ref, ok := accepted[c.ID]; ok {
+			return answer{status: 200, body: fmt.Sprintf(`{"reference": %q, "code": "ACCP"}`, ref)}
+		}
+		if refused[c.ID] {
+			return answer{status: 422, body: `{"code": "AC01"}`}
+		}
+		switch n := rand.N(100); {
+		case n < 8:
+			refused[c.ID] = true
+			return answer{status: 422, body: `{"code": "AC01"}`}
+		case n < 20:
+			return answer{status: 503, body: `{"code": "RAIL_BUSY"}`}
+		case n < 26:
+			return answer{status: 429, body: `{"code": "RATE"}`}
+		case n < 32:
+			return answer{status: 200, delay: 1500 * time.Millisecond} // past the relay's timeout
+		}
+		ref := fmt.Sprintf("R-%s-%d", c.ID[len(c.ID)-8:], c.N)
+		accepted[c.ID] = ref
+		return answer{status: 200, body: fmt.Sprintf(`{"reference": %q, "code": "ACCP"}`, ref)}
+	})
+	cfg := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(cfg, fmt.Appendf(nil, `log: {level: warn, format: text}
+admin: {listen: "off"}
+shutdown: {timeout: 3s}
+lease_ttl: 1500ms
+databases:
+  main: {dsn: %q}
+sinks:
+  rail:
+    type: webhook
+    timeout: 1200ms
+    circuit: {failures: 1000}
+    webhook: {url: %q, timeout: 1s, concurrency: 8, reference_path: reference, error_codes: {path: code, codes: {AC01: terminal}}}
+sources:
+  - name: payments
+    table: payments.payment_outbox_pending
+    preset: payment-queue
+    manage_table: true
+    batch_size: 20
+    max_attempts: 1000
+    backoff: {initial: 10ms, max: 100ms}
+    poll: {min: 10ms, max: 200ms, fallback: 300ms}
+    reaper: {timeout: 2s, interval: 300ms}
+`, dsn, r.srv.URL+"/payments"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	procs := []*relayProcess{startRelay(t, bin, cfg), startRelay(t, bin, cfg)}
+	waitFor(t, 20*time.Second, "the queue's tables", func() (bool, string) {
+		var ok bool
+		_ = pool.QueryRow(context.Background(), "SELECT to_regclass('payments.payment_outbox_pending') IS NOT NULL").Scan(&ok)
+		return ok, "migrate has not created them yet"
+	})
+	// The producers: payments for random participants, a steady trickle.
+	ids := map[string]bool{}
+	var idsMu sync.Mutex
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	for w := range 3 {
+		wg.Go(func() {
+			for i := w; i < payments; i += 3 {
+				id, _ := enqueuePayment(t, pool, fmt.Sprintf("p%d", rand.N(participants)), fmt.Sprintf("i%d", i), payment(100+i))
+				idsMu.Lock()
+				ids[id] = true
+				idsMu.Unlock()
+				select {
+				case <-done:
+					return
+				case <-time.After(time.Duration(rand.N(20)) * time.Millisecond):
+				}
+			}
+		})
+	}
+	// The kills: a random replica every second or so, restarted at once.
+	for range kills {
+		time.Sleep(time.Duration(500+rand.N(1000)) * time.Millisecond)
+		i := rand.N(len(procs))
+		procs[i].kill(t)
+		procs[i] = startRelay(t, bin, cfg)
+	}
+	wg.Wait()
+	close(done)
+	waitFor(t, 90*time.Second, "every payment settled", func() (bool, string) {
+		var settled, pending, open int
+		_ = pool.QueryRow(context.Background(), `SELECT
+  (SELECT count(DISTINCT outbox_id) FROM payments.payment_outbox_attempts WHERE state IN ('DISPATCHED', 'FAILED')),
+  (SELECT count(*) FROM payments.payment_outbox_pending),
+  (SELECT count(*) FROM payments.payment_outbox_attempts a WHERE state = 'DISPATCHING' AND NOT EXISTS (
+     SELECT 1 FROM payments.payment_outbox_attempts o WHERE o.outbox_id = a.outbox_id AND o.attempt_no = a.attempt_no AND o.state <> 'DISPATCHING'))`).
+			Scan(&settled, &pending, &open)
+		return settled == payments && pending == 0 && open == 0,
+			fmt.Sprintf("%d of %d settled, %d pending, %d dispatching", settled, payments, pending, open)
+	})
+	for _, p := range procs {
+		p.checkOutput(t)
+	}
+
+	// Reconcile the archive with the rail.
+	calls, violations := r.snapshot()
+	for _, v := range violations {
+		t.Error(v)
+	}
+	type outcome struct {
+		state, ref, code string
+		n                int
+	}
+	settledBy := map[string]*outcome{}
+	claims := map[string][]time.Time{} // id -> DISPATCHING claim times
+	rows, err := pool.Query(context.Background(), `SELECT outbox_id::text, state, COALESCE(rail_reference, ''), COALESCE(rail_code, ''), claimed_at
+FROM payments.payment_outbox_attempts`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		id, state, rref, code string
+		at                    time.Time
+		zombies               int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&id, &state, &rref, &code, &at}, func() error {
+		switch state {
+		case "DISPATCHING":
+			claims[id] = append(claims[id], at)
+		case "DISPATCHED", "FAILED":
+			o := settledBy[id]
+			if o == nil {
+				o = &outcome{}
+				settledBy[id] = o
+			}
+			o.state, o.ref, o.code = state, rref, code
+			o.n++
+		case "ZOMBIE_REQUEUE":
+			zombies++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) != payments {
+		t.Fatalf("%d payments enqueued, want %d", len(ids), payments)
+	}
+	for id := range ids {
+		o := settledBy[id]
+		switch {
+		case o == nil:
+			t.Errorf("payment %s never settled", id)
+		case o.n != 1:
+			t.Errorf("payment %s settled %d times", id, o.n)
+		case o.state == "DISPATCHED" && o.ref != accepted[id]:
+			t.Errorf("payment %s DISPATCHED with reference %q, the rail gave %q", id, o.ref, accepted[id])
+		case o.state == "FAILED" && (!refused[id] || o.code != "AC01"):
+			t.Errorf("payment %s FAILED with code %q, but the rail did not refuse it", id, o.code)
+		}
+	}
+	for id := range accepted {
+		if o := settledBy[id]; o == nil || o.state != "DISPATCHED" {
+			t.Errorf("the rail accepted %s, but the archive does not say DISPATCHED", id)
+		}
+	}
+	perID := map[string]int{}
+	for _, c := range calls {
+		perID[c.ID]++
+		before := 0
+		for _, at := range claims[c.ID] {
+			if !at.After(c.At) {
+				before++
+			}
+		}
+		if before < perID[c.ID] {
+			t.Errorf("request %d of %s reached the rail with %d DISPATCHING attempts claimed before it", perID[c.ID], c.ID, before)
+		}
+	}
+	t.Logf("%d payments, %d requests at the rail, %d accepted, %d refused, %d zombies reaped, %d kills",
+		payments, len(calls), len(accepted), len(refused), zombies, kills)
 }
