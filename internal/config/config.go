@@ -226,11 +226,9 @@ type Poll struct {
 	Max Duration `yaml:"max"` // default 1s
 	// Fallback is, when NOTIFY wakes the source, the longest wait between
 	// claims of an idle source: a safety net for a missed notification.
-	// Default 10s (1s with state mode queue).
 	Fallback Duration `yaml:"fallback"`
 	// Debounce is how long the relay waits after a NOTIFY for more before
-	// it claims, so that a burst of inserts costs one claim. Default 0
-	// (30ms with state mode queue).
+	// it claims, so that a burst of inserts costs one claim.
 	Debounce Duration `yaml:"debounce"`
 }
 
@@ -329,19 +327,28 @@ type Queue struct {
 
 // QueueStates are the values of the archive's state column.
 type QueueStates struct {
+	// Dispatching is appended when a row is claimed, before its dispatch.
 	Dispatching string `yaml:"dispatching"`
-	Dispatched  string `yaml:"dispatched"`
-	Retryable   string `yaml:"retryable"`
-	Failed      string `yaml:"failed"`
-	Zombie      string `yaml:"zombie"`
+	// Dispatched is the destination's acceptance.
+	Dispatched string `yaml:"dispatched"`
+	// Retryable is a failure worth another attempt: the row is put back.
+	Retryable string `yaml:"retryable"`
+	// Failed is a terminal failure: the dead letter.
+	Failed string `yaml:"failed"`
+	// Zombie is the reaper's outcome for an attempt left without one.
+	Zombie string `yaml:"zombie"`
 }
 
 // Reaper settles dispatches whose relay died mid-dispatch (state mode
 // queue): an attempt with no outcome after Timeout is recorded as a zombie
 // and its row put back. The lease holder runs it every Interval.
 type Reaper struct {
-	Timeout  Duration `yaml:"timeout"`  // default 120s
-	Interval Duration `yaml:"interval"` // default 60s
+	// Timeout is how long an attempt may stay without an outcome before
+	// the reaper takes it for abandoned; it must exceed the sinks'
+	// timeouts.
+	Timeout Duration `yaml:"timeout"`
+	// Interval is how often the lease holder runs the reaper.
+	Interval Duration `yaml:"interval"`
 }
 
 // Duration is a time.Duration written as "250ms", "1m".
