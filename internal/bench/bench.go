@@ -47,7 +47,7 @@ type Options struct {
 	PayloadBytes int
 	BatchSize    int
 	Pipeline     int
-	Layouts      []string // delete, mark
+	Layouts      []string // delete, mark, queue
 	Orderings    []bool
 	Brokers      []string // empty: the in-memory broker, in a child process
 	// InProcessBroker runs the in-memory broker inside this process instead
@@ -140,6 +140,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.Sink != "kafka" && o.Workload != "drain" {
 		return nil, fmt.Errorf("workload %s publishes to Kafka only; --sink %s applies to drain", o.Workload, o.Sink)
+	}
+	if slices.Contains(o.Layouts, "queue") && (o.Workload != "drain" || o.Driver == "mysql") {
+		return nil, fmt.Errorf("layout queue runs the drain workload on PostgreSQL only")
 	}
 	switch o.Driver {
 	case "", "postgres":

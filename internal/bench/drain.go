@@ -17,7 +17,7 @@ import (
 
 // drain measures the ceiling and the relay on a prefilled backlog.
 func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, layout string, ordering bool) (Result, error) {
-	t := table{schema: newSchema(), layout: layout}
+	t := table{schema: newSchema(), layout: layout, dsn: dsn}
 	res := Result{Workload: "drain", Driver: "postgres", Layout: layout, Ordering: ordering, Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if err := t.create(ctx, pool); err != nil {
 		return res, err

@@ -10,19 +10,33 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/source/queue"
 )
 
 // table is the benchmark's outbox table in its own schema.
 type table struct {
 	schema string
-	layout string // delete|mark
+	layout string // delete|mark|queue
+	dsn    string // for the queue's migrations
 }
 
-func (t table) name() string { return t.schema + ".outbox" }
+func (t table) name() string {
+	if t.layout == "queue" {
+		return t.schema + ".payment_outbox_pending"
+	}
+	return t.schema + ".outbox"
+}
 
 // create makes the schema and the table with the indexes the layout's claim
 // query uses.
 func (t table) create(ctx context.Context, pool *pgxpool.Pool) error {
+	if t.layout == "queue" {
+		// Seed 003's tables, as preset payment-queue's migrations make them.
+		if err := queue.Migrate(ctx, t.dsn, t.schema); err != nil {
+			return fmt.Errorf("create benchmark queue: %w", err)
+		}
+		return nil
+	}
 	ddl := fmt.Sprintf(`CREATE SCHEMA %[1]s;
 CREATE TABLE %[1]s.outbox (
   id BIGSERIAL PRIMARY KEY,
@@ -52,18 +66,29 @@ func (t table) source(topic string, batch, pipeline int, ordering bool) config.S
 	if t.layout == "mark" {
 		l.State = config.State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at"}}
 	}
+	if t.layout == "queue" {
+		return config.Source{Name: "bench", Table: t.name(), Preset: config.QueuePreset, Topic: topic,
+			BatchSize: batch, Pipeline: pipeline, Ordering: &ordering}
+	}
 	return config.Source{Name: "bench", Table: t.name(), Layout: l, BatchSize: batch, Pipeline: pipeline, Ordering: &ordering}
 }
 
 // reset empties the table for the next measurement.
 func (t table) reset(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := pool.Exec(ctx, "TRUNCATE "+t.name())
+	q := "TRUNCATE " + t.name()
+	if t.layout == "queue" {
+		q += ", " + t.schema + ".payment_outbox_attempts"
+	}
+	_, err := pool.Exec(ctx, q)
 	return err
 }
 
 // fill loads n rows with COPY: keys spread over keys aggregates, payloads of
 // about payloadBytes bytes of JSON.
 func (t table) fill(ctx context.Context, pool *pgxpool.Pool, n, keys, payloadBytes int) error {
+	if t.layout == "queue" {
+		return t.fillQueue(ctx, pool, n, keys, payloadBytes)
+	}
 	pad := strings.Repeat("x", max(payloadBytes-40, 0))
 	i := 0
 	src := pgx.CopyFromFunc(func() ([]any, error) {
@@ -79,6 +104,31 @@ func (t table) fill(ctx context.Context, pool *pgxpool.Pool, n, keys, payloadByt
 		return fmt.Errorf("prefill: %w", err)
 	}
 	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+t.name()); err != nil {
+		return fmt.Errorf("vacuum: %w", err)
+	}
+	return nil
+}
+
+// fillQueue loads n payments with COPY: participants are the keys, each
+// with its sequence numbers 1, 2, ... in insert order.
+func (t table) fillQueue(ctx context.Context, pool *pgxpool.Pool, n, keys, payloadBytes int) error {
+	pad := strings.Repeat("x", max(payloadBytes-90, 0))
+	i := 0
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		if i >= n {
+			return nil, nil
+		}
+		p := "participant-" + strconv.Itoa(i%keys)
+		row := []any{"ins-" + strconv.Itoa(i), p, int64(i/keys + 1), "key-" + strconv.Itoa(i), "sepa",
+			`{"amount":` + strconv.Itoa(100+i%1000) + `,"currency":"EUR","destination":{"account":"DE89370400440532013000"},"pad":"` + pad + `"}`}
+		i++
+		return row, nil
+	})
+	cols := []string{"instruction_id", "participant_id", "sequence_id", "idempotency_key", "rail_type", "payload"}
+	if _, err := pool.CopyFrom(ctx, pgx.Identifier{t.schema, "payment_outbox_pending"}, cols, src); err != nil {
+		return fmt.Errorf("prefill: %w", err)
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+t.name()+", "+t.schema+".payment_outbox_attempts"); err != nil {
 		return fmt.Errorf("vacuum: %w", err)
 	}
 	return nil

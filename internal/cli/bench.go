@@ -49,7 +49,13 @@ instead: the run creates a database of its own there (dropped afterwards),
 prefills with LOAD DATA LOCAL INFILE, and reports the mariadbd process's CPU
 and InnoDB's redo bytes per event (both server-wide) in place of
 PostgreSQL's. Layout delete is a table of the run's own; layout mark is
-seed 004's kafka_outbox (preset kafka-outbox), created by the relay.`,
+seed 004's kafka_outbox (preset kafka-outbox), created by the relay.
+
+With --layout queue, drain runs on seed 003's payment queue (preset
+payment-queue, participants = --keys, each with its own sequence): the
+ceiling is the queue's claim (delete + DISPATCHING attempt) and outcome
+(DISPATCHED attempt) statements in a loop; the relay dispatches with per
+participant strict order, so a claim takes one payment per participant.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Workload = "drain"
@@ -106,7 +112,7 @@ seed 004's kafka_outbox (preset kafka-outbox), created by the relay.`,
 	f.IntVar(&o.Pipeline, "pipeline", 2, "batches in flight")
 	f.IntVar(&o.Partitions, "partitions", 12, "partitions of the benchmark topic (in-process broker)")
 	f.StringSliceVar(&o.Brokers, "brokers", nil, "a real Kafka cluster (topic \"bench\" must exist)")
-	f.StringVar(&layout, "layout", "both", "delete, mark or both")
+	f.StringVar(&layout, "layout", "both", "delete, mark, both, or queue (seed 003's payment queue, drain only)")
 	f.StringVar(&ordering, "ordering", "both", "on, off or both")
 	f.StringVar(&jsonPath, "json", "", "also write the results as JSON to this file")
 	f.IntSliceVar(&o.Rates, "rates", []int{1000, 2500, 5000, 10000, 20000, 40000}, "steady: rates to try, in events/s, until one is not sustainable")

@@ -109,15 +109,17 @@ func TestDeployKitNamesLiveMetrics(t *testing.T) {
 	t.Parallel()
 	dsn, pool := pgtest.NewDB(t)
 	pgtest.Exec(t, pool, fixtures.Seed001)
-	c := kafkaCluster(t, kfake.SeedTopics(1, "orders"))
+	c := kafkaCluster(t, kfake.SeedTopics(1, "orders", "sepa"))
 	pgtest.Exec(t, pool, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload)
 VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}')`)
 	src := config.Source{Name: "shop", Table: "public.outbox", Preset: "status"}
-	holder, _ := runApp(t, baseConfig(dsn, c.ListenAddrs(), src), app.WithStatsInterval(100*time.Millisecond))
+	// A payment queue too: its own metrics are in the kit.
+	queueSrc := config.Source{Name: "payments", Table: "payments.payment_outbox_pending", Preset: config.QueuePreset, ManageTable: ptrTo(true)}
+	holder, _ := runApp(t, baseConfig(dsn, c.ListenAddrs(), src, queueSrc), app.WithStatsInterval(100*time.Millisecond))
 	waitFor(t, 20*time.Second, "the row published", func() (bool, string) {
 		return published(t, holder, "shop") == 1, "not yet"
 	})
-	standby, _ := runApp(t, baseConfig(dsn, c.ListenAddrs(), src), app.WithStatsInterval(100*time.Millisecond))
+	standby, _ := runApp(t, baseConfig(dsn, c.ListenAddrs(), src, queueSrc), app.WithStatsInterval(100*time.Millisecond))
 	waitFor(t, 20*time.Second, "the standby's series", func() (bool, string) {
 		mfs, err := standby.Registry().Gather()
 		return err == nil && slices.ContainsFunc(mfs, func(mf *dto.MetricFamily) bool {

@@ -26,8 +26,17 @@ func (w *Worker) complete(hard context.Context, f *inflight) {
 	} else if err = f.batch.Complete(hard, f.outcome); errors.Is(err, source.ErrLeaseLost) {
 		w.log.Warn("lease lost: batch not completed, claims stop", "err", err, "rows", len(f.rows))
 		w.stopClaims()
+	} else if errors.Is(err, source.ErrAlreadySettled) {
+		// The other outcomes are recorded; these rows were dispatched
+		// again after the reaper put them back.
+		w.log.Warn("outcome recorded after the reaper took the attempt for abandoned: the event was sent again, with the same id", "err", err)
+		err = nil
 	} else if err != nil {
 		w.log.Error("complete batch failed; its rows return to the pending set", "err", err, "rows", len(f.rows))
+	}
+	select {
+	case w.freed <- struct{}{}:
+	default:
 	}
 	if f.ticket != nil {
 		w.book.Finish(f.ticket, f.held, err == nil, time.Now())

@@ -88,6 +88,8 @@ type Worker struct {
 	started   time.Time
 	// receipts says the store records what the destination answered.
 	receipts bool
+	// freed is signalled when a batch completes.
+	freed chan struct{}
 }
 
 // NewWorker checks opts and builds a worker.
@@ -111,6 +113,7 @@ func NewWorker(o Options) *Worker {
 	rt, ok := o.Store.(source.ReceiptTaker)
 	return &Worker{
 		receipts: ok && rt.TakesReceipts(),
+		freed:    make(chan struct{}, 1),
 		o:        o,
 		log:      o.Logger.With("source", o.Name),
 		targets:  newTargets(o),
@@ -239,7 +242,7 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 				m.ClaimErrors.Inc()
 			}
 			w.log.Error("claim failed", "err", err, "retry_in", errWait)
-			if !w.sleep(ctx, errWait, nil) {
+			if !w.sleep(ctx, errWait, nil, nil) {
 				return
 			}
 			errWait = min(errWait*2, 5*time.Second)
@@ -262,7 +265,9 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 		}
 		if b == nil {
 			<-slots
-			if !w.sleep(ctx, interval, w.o.Wake) {
+			// A batch that completes may free keys the empty claim found
+			// held (a queue's participants in flight): it ends the wait.
+			if !w.sleep(ctx, interval, w.o.Wake, w.freed) {
 				return
 			}
 			interval = min(interval*2, w.idlePoll())
@@ -279,7 +284,7 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 		ackQ <- f
 		if len(f.rows) < w.o.BatchSize {
 			// Drained: give rows a moment to accumulate (a NOTIFY cuts it short).
-			if !w.sleep(ctx, w.o.PollMin, w.o.Wake) {
+			if !w.sleep(ctx, w.o.PollMin, w.o.Wake, nil) {
 				return
 			}
 		}
@@ -299,14 +304,16 @@ func (w *Worker) idlePoll() time.Duration {
 	return w.o.PollMax
 }
 
-// sleep waits d, or until wake fires; false when ctx ended.
-func (w *Worker) sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) bool {
+// sleep waits d, or until wake (a notification) or freed (a completed
+// batch) fires; false when ctx ended.
+func (w *Worker) sleep(ctx context.Context, d time.Duration, wake, freed <-chan struct{}) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
 	case <-t.C:
+	case <-freed:
 	case <-wake:
 		if m := w.o.Metrics; m != nil {
 			m.NotifyWakeups.Inc()

@@ -10,6 +10,7 @@ package source
 
 import (
 	"context"
+	"errors"
 	"time"
 )
 
@@ -83,6 +84,12 @@ type Receipt struct {
 	Reference, Code string
 	Latency         time.Duration
 }
+
+// ErrAlreadySettled is returned by Batch.Complete when some rows already
+// had an outcome recorded by someone else (a queue's reaper took their
+// attempt for abandoned and put them back); the others' outcomes are
+// recorded.
+var ErrAlreadySettled = errors.New("the attempt already has an outcome")
 
 // ReceiptTaker is a Store that records what the destination answered to
 // each row (Outcome.Receipts).

@@ -290,7 +290,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 
 // ErrSettled says an attempt already had an outcome (the reaper took it as
 // a zombie): the outcome found by this relay was not recorded.
-var ErrSettled = errors.New("the attempt already has an outcome")
+var ErrSettled = source.ErrAlreadySettled
 
 // errorCode is the destination's code when it gave one, else fallback.
 func errorCode(code, fallback string) string {

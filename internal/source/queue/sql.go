@@ -93,14 +93,20 @@ func cols(alias string, cs []string) string {
 	return strings.Join(out, ", ")
 }
 
+// outcomes are the states of an attempt's outcome (the states of the
+// archive's unique index of outcomes).
+func (n *names) outcomes() string {
+	return n.dispatched + ", " + n.retryable + ", " + n.failed + ", " + n.zombie
+}
+
 // settled are the states that end a sequence number's dispatch.
 func (n *names) settled() string { return n.dispatched + ", " + n.failed }
 
 // openAttempt is true for a row of archive alias a that is a DISPATCHING
 // attempt without an outcome.
 func (n *names) openAttempt(a string) string {
-	return fmt.Sprintf(`%s.%s = %s AND NOT EXISTS (SELECT 1 FROM %s o WHERE o.%s = %s.%s AND o.%s = %s.%s AND o.%s <> %s)`,
-		a, n.status, n.dispatching, n.archive, n.id, a, n.id, n.attemptNo, a, n.attemptNo, n.status, n.dispatching)
+	return fmt.Sprintf(`%s.%s = %s AND NOT EXISTS (SELECT 1 FROM %s o WHERE o.%s = %s.%s AND o.%s = %s.%s AND o.%s IN (%s))`,
+		a, n.status, n.dispatching, n.archive, n.id, a, n.id, n.attemptNo, a, n.attemptNo, n.status, n.outcomes())
 }
 
 // statements are a queue's SQL.
