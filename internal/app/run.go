@@ -199,7 +199,7 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 		MaxAttempts: cs.MaxAttempts, Backoff: relay.Backoff{Initial: cs.Backoff.Initial.D(), Max: cs.Backoff.Max.D()},
 		PollMin: cs.Poll.Min.D(), PollMax: cs.Poll.Max.D(), PollFallback: cs.Poll.Fallback.D(), Debounce: cs.Poll.Debounce.D(),
 		ValidateJSON: s.Layout.PayloadJSON,
-		Wake: wake, ShutdownTimeout: a.cfg.Shutdown.Timeout.D(), StatsInterval: a.statsInterval,
+		Wake:         wake, ShutdownTimeout: a.cfg.Shutdown.Timeout.D(), StatsInterval: a.statsInterval,
 		MaxOldestPending: cs.Readiness.MaxOldestPending.D(), MaxClaimFailure: cs.Readiness.MaxClaimFailure.D(),
 		Metrics: a.metrics.Source(s.Name), Logger: a.log,
 	}

@@ -68,7 +68,7 @@ type Config struct {
 	// the destination's reference for the message (e.g. "payment.id"),
 	// recorded by sources that keep receipts (state mode queue).
 	ReferencePath string `yaml:"reference_path"`
-	TLS        TLS        `yaml:"tls"`
+	TLS           TLS    `yaml:"tls"`
 	// Ably configures the ably preset.
 	Ably Ably `yaml:"ably"`
 }

@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
