@@ -133,6 +133,12 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 		// while an outbox was empty (sequential scans) must not outlive
 		// the backlog that follows.
 		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
+		// The relay's statements take milliseconds; compiling one with JIT
+		// (which a large backlog's cost estimate can trigger) takes
+		// hundreds.
+		if _, set := pc.ConnConfig.RuntimeParams["jit"]; !set {
+			pc.ConnConfig.RuntimeParams["jit"] = "off"
+		}
 		pool, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
 			a.Close()

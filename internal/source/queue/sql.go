@@ -129,22 +129,28 @@ func buildStatements(n *names, l *layout.Layout, relaySchema string) statements 
 	}
 	order += ", p." + n.sequence
 	where := []string{
-		"p." + n.due + " <= now()",
-		// the participant's earliest row waiting
-		fmt.Sprintf("NOT EXISTS (SELECT 1 FROM %s w WHERE w.%s = p.%s AND w.%s < p.%s)", n.hot, n.participant, n.participant, n.sequence, n.sequence),
+		"h." + n.due + " <= now()",
 		// no gap: at most one past the last settled (none settled yet: any)
-		fmt.Sprintf("COALESCE(p.%s <= (SELECT max(s.%s) FROM %s s WHERE s.%s = p.%s AND s.%s IN (%s)) + 1, true)",
+		fmt.Sprintf("COALESCE(h.%s <= (SELECT max(s.%s) FROM %s s WHERE s.%s = h.%s AND s.%s IN (%s)) + 1, true)",
 			n.sequence, n.sequence, n.archive, n.participant, n.participant, n.status, n.settled()),
 		// nothing of the participant in flight: one dispatch at a time, so
 		// only its latest DISPATCHING attempt can lack an outcome
-		fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM (SELECT a.%s, a.%s, a.%s FROM %s a WHERE a.%s = p.%s AND a.%s = %s
+		fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM (SELECT a.%s, a.%s, a.%s FROM %s a WHERE a.%s = h.%s AND a.%s = %s
       ORDER BY a.%s DESC LIMIT 1) a WHERE %s)`, n.id, n.attemptNo, n.status, n.archive, n.participant, n.participant,
 			n.status, n.dispatching, n.claimedAt, n.openAttempt("a")),
 	}
+	headCols := []string{n.id, n.participant, n.sequence, n.due}
+	if n.created != "" {
+		headCols = append(headCols, n.created)
+	}
 	claim := func(where []string) string {
 		sel := postgres.RowSelect(l, "d", "d."+n.retry+"::int")
-		return fmt.Sprintf(`WITH cand AS (
-  SELECT p.%[1]s FROM %[2]s p
+		// heads: each participant's earliest waiting row, the only one of
+		// its rows that may go.
+		return fmt.Sprintf(`WITH heads AS (
+  SELECT DISTINCT ON (%[15]s) %[16]s FROM %[2]s ORDER BY %[15]s, %[17]s
+), cand AS (
+  SELECT p.%[1]s FROM heads h JOIN %[2]s p ON p.%[1]s = h.%[1]s
   WHERE %[3]s
   ORDER BY %[4]s
   LIMIT $1
@@ -158,10 +164,11 @@ func buildStatements(n *names, l *layout.Layout, relaySchema string) statements 
 )
 SELECT %[13]s, ins.%[7]s::text
 FROM d JOIN ins ON ins.%[1]s = d.%[1]s
-ORDER BY %[14]s`, n.id, n.hot, strings.Join(where, "\n    AND "), order,
+ORDER BY %[14]s`, n.id, n.hot, strings.Join(where, "\n    AND "), strings.ReplaceAll(order, "p.", "h."),
 			n.archive, strings.Join(n.copied, ", "), n.attemptNo, n.status, n.claimedAt,
 			cols("d", n.copied), n.retry, n.dispatching,
-			strings.Join(sel, ",\n  "), strings.ReplaceAll(order, "p.", "d."))
+			strings.Join(sel, ",\n  "), strings.ReplaceAll(order, "p.", "d."),
+			n.participant, strings.Join(headCols, ", "), n.sequence)
 	}
 	s.claim = claim(where)
 	s.claimFenced = claim(append(slices.Clone(where),
