@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/payloadschema"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
@@ -148,6 +149,9 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 	if err != nil {
 		return nil, fmt.Errorf("sources[%d].sink: %w", s.Index, err)
 	}
+	if cs.MaxInFlight > 0 {
+		snk = sink.Limit(snk, cs.MaxInFlight)
+	}
 	routes := slices.Clone(s.Routes)
 	for j := range routes {
 		routes[j].SinkName = cs.Routes[j].Sink
@@ -160,6 +164,9 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 		}
 		if routes[j].Sink, err = a.sink(cs.Routes[j].Sink); err != nil {
 			return nil, fmt.Errorf("sources[%d].routes[%d].sink: %w", s.Index, j, err)
+		}
+		if n := cs.Routes[j].MaxInFlight; n > 0 {
+			routes[j].Sink = sink.Limit(routes[j].Sink, n)
 		}
 	}
 	var wake <-chan struct{}

@@ -175,6 +175,10 @@ type Source struct {
 	Readiness Readiness `yaml:"readiness"`
 	// Reaper settles abandoned dispatches of a source in state mode queue.
 	Reaper Reaper `yaml:"reaper"`
+	// MaxInFlight, when set, bounds the dispatches in flight to the
+	// source's own sink (routes have their own): at most this many keys'
+	// events at once, each key's in one call of its own.
+	MaxInFlight int `yaml:"max_in_flight"`
 	// Retention, when set, has the running relay delete old settled rows.
 	Retention *Retention `yaml:"retention"`
 }
@@ -205,6 +209,10 @@ type Route struct {
 	Topic string `yaml:"topic"`
 	// Schema names a JSON Schema file that the route's payloads must meet.
 	Schema string `yaml:"schema"`
+	// MaxInFlight, when set, bounds the route's dispatches in flight: at
+	// most this many keys' events at once, each key's in one call of its
+	// own (one request at a time per key with the webhook sink).
+	MaxInFlight int `yaml:"max_in_flight"`
 }
 
 // Discover finds outbox tables by schema pattern: one source per table found.

@@ -185,6 +185,9 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 	ordered(ps, p+".backoff", "initial", "max", s.Backoff.Initial, s.Backoff.Max)
 	ordered(ps, p+".poll", "min", "max", s.Poll.Min, s.Poll.Max)
 	positive(ps, p+".poll.fallback", s.Poll.Fallback)
+	if s.MaxInFlight < 0 {
+		ps.add(p+".max_in_flight", "must not be negative, got %d", s.MaxInFlight)
+	}
 	if s.Poll.Debounce < 0 || s.Poll.Debounce > Duration(time.Second) {
 		ps.add(p+".poll.debounce", "must be between 0 and 1s, got %s", s.Poll.Debounce)
 	}
@@ -256,6 +259,9 @@ const QueueTable = "payment_outbox_pending"
 func (c *Config) validateRoute(ps *problems, p string, r *Route) {
 	if r.Name != "" && !namePattern.MatchString(r.Name) {
 		ps.add(p+".name", "must match %s, got %q", namePattern, r.Name)
+	}
+	if r.MaxInFlight < 0 {
+		ps.add(p+".max_in_flight", "must not be negative, got %d", r.MaxInFlight)
 	}
 	if r.Sink == "" {
 		ps.add(p+".sink", "required (one of: %s)", strings.Join(sortedKeys(c.Sinks), ", "))
