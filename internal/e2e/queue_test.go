@@ -537,3 +537,36 @@ FROM payments.payment_outbox_attempts`)
 	t.Logf("%d payments, %d requests at the rail, %d accepted, %d refused, %d zombies reaped, %d kills",
 		payments, len(calls), len(accepted), len(refused), zombies, kills)
 }
+
+// TestQueueMaxInFlight: a source's max_in_flight bounds its dispatches at
+// the rail, whatever the sink's own concurrency.
+func TestQueueMaxInFlight(t *testing.T) {
+	t.Parallel()
+	dsn, pool := pgtest.NewDB(t)
+	r := newRail(t, func(c railCall) answer {
+		a := ok(ref(c.ID))
+		a.delay = 50 * time.Millisecond
+		return a
+	})
+	src := queueSource(t, config.Poll{})
+	src.MaxInFlight = 2
+	runRelay(t, railConfig(dsn, r, 2*time.Second, src))
+	waitFor(t, 10*time.Second, "the queue's tables", func() (bool, string) {
+		var ok bool
+		_ = pool.QueryRow(context.Background(), "SELECT to_regclass('payments.payment_outbox_pending') IS NOT NULL").Scan(&ok)
+		return ok, "not yet"
+	})
+	for i := range 12 {
+		enqueuePayment(t, pool, fmt.Sprintf("p%d", i), fmt.Sprintf("i%d", i), payment(100))
+	}
+	waitFor(t, 20*time.Second, "the payments dispatched", func() (bool, string) {
+		calls, _ := r.snapshot()
+		return len(calls) == 12, fmt.Sprintf("%d of 12", len(calls))
+	})
+	r.mu.Lock()
+	peak := r.peak
+	r.mu.Unlock()
+	if peak != 2 {
+		t.Errorf("%d requests at the rail at once, want 2 (max_in_flight)", peak)
+	}
+}

@@ -41,6 +41,7 @@ type rail struct {
 	mu         sync.Mutex
 	calls      []railCall
 	inFlight   map[string]int   // participant -> requests in progress
+	now, peak  int              // requests in progress, and their most at once
 	accepted   map[string]int64 // participant -> highest sequence settled (2xx, or a 4xx refusal)
 	violations []string
 }
@@ -72,6 +73,8 @@ func (r *rail) serve(w http.ResponseWriter, req *http.Request) {
 		r.violations = append(r.violations, fmt.Sprintf("participant %s: sequence %d sent before %d was settled", p, seq, last+1))
 	}
 	r.inFlight[p]++
+	r.now++
+	r.peak = max(r.peak, r.now)
 	r.mu.Unlock()
 
 	a := r.decide(c)
@@ -84,6 +87,7 @@ func (r *rail) serve(w http.ResponseWriter, req *http.Request) {
 	c.Status = a.status
 	r.mu.Lock()
 	r.inFlight[p]--
+	r.now--
 	// Accepted, or refused for good: the sequence number is settled.
 	settled := a.status/100 == 2 || (a.status/100 == 4 && a.status != 408 && a.status != 429)
 	if settled && req.Context().Err() == nil && seq > r.accepted[p] {
