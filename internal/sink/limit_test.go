@@ -41,7 +41,7 @@ func (s *slow) Publish(_ context.Context, msgs []*Message) []error {
 	}
 	return errs
 }
-func (s *slow) MaxMessageBytes() int          { return 0 }
+func (s *slow) MaxMessageBytes() int        { return 0 }
 func (s *slow) Close(context.Context) error { return nil }
 
 func TestLimitBoundsKeysInFlight(t *testing.T) {
