@@ -195,11 +195,12 @@ func (b *batch) Rows() []source.Row { return b.rows }
 // released is the error code of an attempt given back unsent.
 const released = "RELEASED"
 
-// Release gives every row back: a RETRYABLE outcome (nothing was sent) and
-// the row due now.
-func (b *batch) Release(ctx context.Context) error {
-	return b.Complete(ctx, source.Outcome{})
-}
+// Release records nothing: the relay gives a batch back only when its
+// shutdown deadline passed with the dispatch under way, and whether the
+// destination got it is unknown. The attempts stay DISPATCHING; the reaper
+// puts the rows back after its timeout, and their dispatch again carries
+// the same id for the destination to recognise.
+func (b *batch) Release(context.Context) error { return nil }
 
 // Complete implements source.Batch: the outcome of every attempt in one
 // statement. It is not fenced by the lease: the dispatches happened, and
