@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -15,10 +14,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 	"github.com/outbox-relay/outbox-relay/internal/source"
@@ -60,27 +59,13 @@ func railConfig(dsn string, r *rail, timeout time.Duration, src config.Source) *
 	return cfg
 }
 
-// enqueuePayment is the producer's transaction of seed 003: the
-// participant's next sequence number, then the pending row.
+// enqueuePayment is seed 003's producer transaction; every instruction
+// of these tests is new.
 func enqueuePayment(t *testing.T, pool *pgxpool.Pool, participant, instruction, payload string) (string, int64) {
 	t.Helper()
-	ctx := context.Background()
-	var id string
-	var seq int64
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, "SELECT payments.bump_participant_outbox_seq($1)", participant).Scan(&seq); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `INSERT INTO payments.payment_outbox_pending (instruction_id, participant_id, sequence_id,
-  idempotency_key, rail_type, payload) VALUES ($1, $2, $3, $1 || '-key', 'sepa', $4::jsonb) RETURNING outbox_id::text`,
-			instruction, participant, seq, payload).Scan(&id)
-	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		t.Fatalf("enqueue %s: %v", instruction, err)
-	}
+	id, seq, err := fixtures.EnqueuePayment(context.Background(), pool, participant, instruction, instruction+"-key", payload)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("enqueue %s: %v", instruction, err)
 	}
 	return id, seq
 }

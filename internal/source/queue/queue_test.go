@@ -9,12 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
@@ -58,30 +57,11 @@ func newQueue(t *testing.T) (*pgxpool.Pool, *queue.Store) {
 	return pool, st
 }
 
-// enqueue is the producer's transaction: the participant's next sequence
-// number, then the pending row; an idempotency conflict returns the
-// existing outbox_id.
+// enqueue is seed 003's producer transaction (an idempotency conflict
+// returns the existing outbox_id).
 func enqueue(t *testing.T, pool *pgxpool.Pool, instruction, participant, key string) (string, int64) {
 	t.Helper()
-	ctx := context.Background()
-	var id string
-	var seq int64
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, "SELECT payments.bump_participant_outbox_seq($1)", participant).Scan(&seq); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, `INSERT INTO payments.payment_outbox_pending (instruction_id, participant_id, sequence_id,
-  idempotency_key, rail_type, payload) VALUES ($1, $2, $3, $4, 'sepa', '{"amount": 100, "currency": "EUR"}')
-RETURNING outbox_id::text`, instruction, participant, seq, key).Scan(&id)
-	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23505" {
-		if err := pool.QueryRow(ctx, `SELECT outbox_id::text, sequence_id FROM payments.payment_outbox_pending
-WHERE instruction_id = $1 AND idempotency_key = $2`, instruction, key).Scan(&id, &seq); err != nil {
-			t.Fatal(err)
-		}
-		return id, seq
-	}
+	id, seq, err := fixtures.EnqueuePayment(context.Background(), pool, participant, instruction, key, `{"amount": 100, "currency": "EUR"}`)
 	if err != nil {
 		t.Fatal(err)
 	}
