@@ -83,6 +83,10 @@ type Sink struct {
 	Partitioner string `yaml:"partitioner"`
 	SASL        *SASL  `yaml:"sasl"`
 	TLS         *TLS   `yaml:"tls"`
+	// ProgressTopic is where sources with delivery exactly_once record, in
+	// each Kafka transaction, which events it carries: a compacted topic
+	// (one partition is enough) that must exist unless auto_create_topics.
+	ProgressTopic string `yaml:"progress_topic"`
 
 	// Timeout bounds one publish call to the sink, whatever its type: a
 	// call past it leaves its rows pending and opens the circuit. Default
@@ -175,6 +179,10 @@ type Source struct {
 	Readiness Readiness `yaml:"readiness"`
 	// Reaper settles abandoned dispatches of a source in state mode queue.
 	Reaper Reaper `yaml:"reaper"`
+	// Delivery is at_least_once (default) or exactly_once: with a Kafka
+	// sink, each batch is one Kafka transaction with the source's progress,
+	// and read_committed consumers see every event once, whatever crashes.
+	Delivery string `yaml:"delivery"`
 	// MaxInFlight, when set, bounds the dispatches in flight to the
 	// source's own sink (routes have their own): at most this many keys'
 	// events at once, each key's in one call of its own.

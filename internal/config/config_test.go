@@ -256,6 +256,7 @@ func checkMinimal(t *testing.T, c *Config) {
 			MaxAttempts:    10,
 			Backoff:        Backoff{Initial: Duration(time.Second), Max: Duration(5 * time.Minute)},
 			Poll:           Poll{Min: Duration(50 * time.Millisecond), Max: Duration(time.Second), Fallback: Duration(10 * time.Second)},
+			Delivery:       DeliveryAtLeastOnce,
 			Notify:         "auto",
 			InstallTrigger: &yes,
 			ManageTable:    &no,

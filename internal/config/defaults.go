@@ -49,6 +49,10 @@ const (
 	// queue); the relay creates its tables when manage_table is on.
 	QueuePreset = "payment-queue"
 
+	DeliveryAtLeastOnce  = "at_least_once"
+	DeliveryExactlyOnce  = "exactly_once"
+	DefaultProgressTopic = "outbox_relay_progress"
+
 	DefaultQueuePollFallback = time.Second
 	DefaultQueueDebounce     = 30 * time.Millisecond
 	DefaultPollFallback      = 10 * time.Second
@@ -143,6 +147,7 @@ func (c *Config) sourceDefaults(d defaulter, i int) {
 		d.dur(&s.Poll.Fallback, p+".poll.fallback", DefaultPollFallback)
 	}
 	d.str(&s.Notify, DefaultNotify)
+	d.str(&s.Delivery, DeliveryAtLeastOnce)
 	for j := range s.Routes {
 		d.str(&s.Routes[j].Name, "route"+strconv.Itoa(j))
 	}

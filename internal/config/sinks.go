@@ -68,6 +68,7 @@ func (s *Sink) kafkaFields() []string {
 	add(s.Partitioner != "", "partitioner")
 	add(s.SASL != nil, "sasl")
 	add(s.TLS != nil, "tls")
+	add(s.ProgressTopic != "", "progress_topic")
 	add(s.MaxMessageBytes != 0, "max_message_bytes")
 	return out
 }

@@ -221,6 +221,7 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 		ps.add(p+".claim_timeout", "must be at least 1s, got %s", s.ClaimTimeout)
 	}
 	validateManageTable(ps, p, s)
+	c.validateDelivery(ps, p, s)
 	c.validateRetention(ps, p+".retention", s)
 }
 
@@ -386,3 +387,33 @@ func ordered(ps *problems, p, loName, hiName string, lo, hi Duration) {
 }
 
 func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\r' }
+
+// validateDelivery checks that exactly-once delivery has what it needs: a
+// Kafka sink for the source and every route (the same one: one
+// transaction), on PostgreSQL, and not a queue.
+func (c *Config) validateDelivery(ps *problems, p string, s *Source) {
+	oneOf(ps, p+".delivery", s.Delivery, []string{DeliveryAtLeastOnce, DeliveryExactlyOnce}, true)
+	if s.Delivery != DeliveryExactlyOnce {
+		return
+	}
+	if sk, ok := c.Sinks[s.Sink]; ok && sk.Type != "kafka" {
+		ps.add(p+".delivery", "exactly_once needs a Kafka sink (Kafka transactions); sink %s is %s", s.Sink, sk.Type)
+	}
+	for j, r := range s.Routes {
+		if r.Sink != s.Sink {
+			ps.add(fmt.Sprintf("%s.routes[%d].sink", p, j), "with delivery exactly_once every route goes to the source's sink %s (one transaction), got %s", s.Sink, r.Sink)
+		}
+		if r.MaxInFlight > 0 {
+			ps.add(fmt.Sprintf("%s.routes[%d].max_in_flight", p, j), "not with delivery exactly_once (a batch is one transaction)")
+		}
+	}
+	if db, ok := c.Databases[s.Database]; ok && db.Driver == "mysql" {
+		ps.add(p+".delivery", "exactly_once runs on PostgreSQL sources for now")
+	}
+	if s.IsQueue() {
+		ps.add(p+".delivery", "a queue dispatches one event per participant at a time; exactly_once applies to outbox tables")
+	}
+	if s.MaxInFlight > 0 {
+		ps.add(p+".max_in_flight", "not with delivery exactly_once (a batch is one transaction)")
+	}
+}

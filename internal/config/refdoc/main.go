@@ -105,6 +105,7 @@ var derived = map[string]string{
 	"sources[].sink":              "the only sink; required when there are several",
 	"sources[].table":             "required, unless `discover` is set (exactly one of the two)",
 	"sources[].manage_table":      "`true` for preset `kafka-outbox`, else `false`",
+	"sinks.<name>.progress_topic": "`outbox_relay_progress`",
 	"sources[].reaper.timeout":    "`120s` for a queue (state mode `queue`)",
 	"sources[].reaper.interval":   "`60s` for a queue (state mode `queue`)",
 	"sources[].poll.fallback":     "`10s`; `1s` for a queue (state mode `queue`)",

@@ -3,6 +3,7 @@ package kafka
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -32,7 +33,8 @@ const (
 
 type settings struct {
 	maxBytes int
-	kgoOpts  []kgo.Opt
+	kgoOpts  []kgo.Opt // a producer's
+	connOpts []kgo.Opt // any client's: brokers, client id, SASL, TLS
 }
 
 func settingsFor(cfg config.Sink) (settings, error) {
@@ -65,9 +67,8 @@ func settingsFor(cfg config.Sink) (settings, error) {
 		return settings{}, err
 	}
 
+	conn := []kgo.Opt{kgo.SeedBrokers(cfg.Brokers...), kgo.ClientID(clientID)}
 	opts := []kgo.Opt{
-		kgo.SeedBrokers(cfg.Brokers...),
-		kgo.ClientID(clientID),
 		kgo.RecordPartitioner(newPartitioner(cfg.Partitioner == "sarama")),
 		kgo.ProducerBatchMaxBytes(int32(maxBytes)),
 		// A batch inherits the deadline of its first record, which may
@@ -94,7 +95,7 @@ func settingsFor(cfg config.Sink) (settings, error) {
 		if err != nil {
 			return settings{}, err
 		}
-		opts = append(opts, kgo.SASL(mech))
+		conn = append(conn, kgo.SASL(mech))
 	}
 	if cfg.TLS != nil && cfg.TLS.Enabled {
 		// No server name: franz-go checks each broker's certificate
@@ -103,9 +104,9 @@ func settingsFor(cfg config.Sink) (settings, error) {
 		if err != nil {
 			return settings{}, err
 		}
-		opts = append(opts, kgo.DialTLSConfig(tc))
+		conn = append(conn, kgo.DialTLSConfig(tc))
 	}
-	return settings{maxBytes: maxBytes, kgoOpts: opts}, nil
+	return settings{maxBytes: maxBytes, kgoOpts: append(slices.Clone(conn), opts...), connOpts: conn}, nil
 }
 
 func compression(name string) (kgo.CompressionCodec, error) {
