@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/admin"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/payloadschema"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
@@ -209,6 +210,9 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 		Wake:         wake, ShutdownTimeout: a.cfg.Shutdown.Timeout.D(), StatsInterval: a.statsInterval,
 		MaxOldestPending: cs.Readiness.MaxOldestPending.D(), MaxClaimFailure: cs.Readiness.MaxClaimFailure.D(),
 		Metrics: a.metrics.Source(s.Name), Logger: a.log,
+	}
+	if cs.Delivery == config.DeliveryExactlyOnce {
+		return a.exactlyOnce(s, opts), nil
 	}
 	return func() *relay.Worker { return relay.NewWorker(opts) }, nil
 }

@@ -113,8 +113,20 @@ type collector struct {
 
 func collect(t *testing.T, brokers []string, topics ...string) *collector {
 	t.Helper()
-	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMinAge(50*time.Millisecond))
+	return collectWith(t, brokers, nil, topics...)
+}
+
+// collectCommitted is collect as a read_committed consumer sees the topics:
+// records of aborted or open transactions left out.
+func collectCommitted(t *testing.T, brokers []string, topics ...string) *collector {
+	t.Helper()
+	return collectWith(t, brokers, []kgo.Opt{kgo.FetchIsolationLevel(kgo.ReadCommitted())}, topics...)
+}
+
+func collectWith(t *testing.T, brokers []string, extra []kgo.Opt, topics ...string) *collector {
+	t.Helper()
+	cl, err := kgo.NewClient(append([]kgo.Opt{kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.MetadataMinAge(50 * time.Millisecond)}, extra...)...)
 	if err != nil {
 		t.Fatal(err)
 	}

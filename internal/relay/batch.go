@@ -25,6 +25,10 @@ type inflight struct {
 	holds     int                  // rows held (left pending, no attempt charged)
 	violation int                  // rows a sink delivered after an earlier row of their key was left pending
 	published chan struct{}        // closed once every result is in
+	// turn is the batch's place among the transactions (delivery
+	// exactly_once), and txn its committed transaction (0: none).
+	turn *txnTurn
+	txn  uint64
 }
 
 // start registers a claimed batch's keys and publishes it in the background.
@@ -32,6 +36,9 @@ func (w *Worker) start(hard context.Context, seq uint64, b source.Batch) *inflig
 	f := &inflight{
 		seq: seq, batch: b, rows: b.Rows(), claimed: time.Now(),
 		published: make(chan struct{}),
+	}
+	if w.o.Txn != nil {
+		f.turn = w.nextTurn()
 	}
 	if w.o.Ordering {
 		keys := make([]string, len(f.rows))
@@ -85,15 +92,23 @@ func (w *Worker) publish(ctx context.Context, f *inflight) {
 		}
 	}
 	started := time.Now()
-	w.sendPlanned(ctx, a, now)
-	if len(later) > 0 {
-		for _, d := range f.ticket.Deps() {
-			select {
-			case <-d.Done():
-			case <-ctx.Done():
+	if f.turn != nil {
+		defer close(f.turn.done)
+	}
+	if f.turn == nil || w.beginTxn(ctx, a) {
+		w.sendPlanned(ctx, a, now)
+		if len(later) > 0 {
+			for _, d := range f.ticket.Deps() {
+				select {
+				case <-d.Done():
+				case <-ctx.Done():
+				}
 			}
+			w.sendPlanned(ctx, a, later)
 		}
-		w.sendPlanned(ctx, a, later)
+		if f.turn != nil {
+			w.commitTxn(ctx, a)
+		}
 	}
 	if m := w.o.Metrics; m != nil {
 		m.PublishDuration.Observe(time.Since(started).Seconds())

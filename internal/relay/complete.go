@@ -31,8 +31,17 @@ func (w *Worker) complete(hard context.Context, f *inflight) {
 		// again after the reaper put them back.
 		w.log.Warn("outcome recorded after the reaper took the attempt for abandoned: the event was sent again, with the same id", "err", err)
 		err = nil
+	} else if err != nil && f.txn != 0 {
+		// Kafka has the batch, the database does not say so: claiming
+		// its rows again would publish them twice. The worker stops; the
+		// next takeover marks them from the progress record.
+		w.log.Error("complete batch failed after its Kafka transaction committed; stopping to recover", "err", err, "rows", len(f.rows))
+		w.stopClaims()
 	} else if err != nil {
 		w.log.Error("complete batch failed; its rows return to the pending set", "err", err, "rows", len(f.rows))
+	}
+	if err == nil && f.txn != 0 {
+		w.o.Txn.Confirm(f.txn)
 	}
 	select {
 	case w.freed <- struct{}{}:

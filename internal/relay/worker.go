@@ -43,6 +43,13 @@ type Options struct {
 	ValidateJSON bool
 	// Wake, when not nil, signals that rows may have arrived (NOTIFY).
 	Wake <-chan struct{}
+	// Txn, when set, makes each batch one transaction of the sink
+	// (delivery exactly_once); Sink and every route's sink publish into it.
+	Txn Transactor
+	// Recover, when set, runs before the first claim and is retried until
+	// it succeeds: exactly-once's takeover (fence the previous holder, mark
+	// what its committed transactions delivered).
+	Recover func(ctx context.Context) error
 	// PollFallback caps the wait between claims of an idle source that
 	// Wake wakes (default 10 × PollMax): the safety net.
 	PollFallback time.Duration
@@ -90,6 +97,9 @@ type Worker struct {
 	receipts bool
 	// freed is signalled when a batch completes.
 	freed chan struct{}
+	// lastTxn is closed when the latest claimed batch's transaction ends
+	// (delivery exactly_once).
+	lastTxn <-chan struct{}
 }
 
 // NewWorker checks opts and builds a worker.
@@ -114,6 +124,7 @@ func NewWorker(o Options) *Worker {
 	return &Worker{
 		receipts: ok && rt.TakesReceipts(),
 		freed:    make(chan struct{}, 1),
+		lastTxn:  closedChan(),
 		o:        o,
 		log:      o.Logger.With("source", o.Name),
 		targets:  newTargets(o),
@@ -121,6 +132,12 @@ func NewWorker(o Options) *Worker {
 		started:  now,
 		samples:  []deliveredAt{{at: now}},
 	}
+}
+
+func closedChan() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }
 
 // Healthy is Check now: nil while the source makes progress.
@@ -183,6 +200,16 @@ func (w *Worker) Run(ctx context.Context) error {
 		}
 	}()
 
+	if w.o.Txn != nil {
+		defer func() {
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+			defer cancel()
+			_ = w.o.Txn.Close(cctx)
+		}()
+	}
+	if w.o.Recover != nil && !w.recover(ctx) {
+		return ctx.Err()
+	}
 	slots := make(chan struct{}, w.o.Pipeline)
 	ackQ := make(chan *inflight, w.o.Pipeline)
 	ackerDone := make(chan struct{})

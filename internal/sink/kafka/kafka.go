@@ -52,6 +52,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -78,9 +79,10 @@ var _ sink.Publisher = (*Publisher)(nil)
 type Option func(*options)
 
 type options struct {
-	logger  *slog.Logger
-	reg     prometheus.Registerer
-	kgoOpts []kgo.Opt
+	transactional bool
+	logger        *slog.Logger
+	reg           prometheus.Registerer
+	kgoOpts       []kgo.Opt
 }
 
 // WithLogger routes the client's logs to l.
@@ -94,6 +96,14 @@ func WithLogger(l *slog.Logger) Option {
 // several Kafka sinks share it.
 func WithRegisterer(reg prometheus.Registerer) Option {
 	return func(o *options) { o.reg = reg }
+}
+
+// transactional makes the client a transactional producer's.
+func transactional(id string, timeout time.Duration) Option {
+	return func(o *options) {
+		o.transactional = true
+		o.kgoOpts = append(o.kgoOpts, kgo.TransactionalID(id), kgo.TransactionTimeout(timeout))
+	}
 }
 
 // WithKgoOpts appends raw client options, applied last.
@@ -113,6 +123,9 @@ func New(cfg config.Sink, opts ...Option) (*Publisher, error) {
 		return nil, err
 	}
 	kopts := s.kgoOpts
+	if !o.transactional {
+		kopts = append(kopts, s.cancel)
+	}
 	if o.logger != nil {
 		kopts = append(kopts, kgo.WithLogger(slogLogger{o.logger}))
 	}

@@ -33,6 +33,9 @@ const (
 
 type settings struct {
 	maxBytes int
+	// cancel lets a record without an answer be cancelled (not with
+	// transactions: an aborted transaction does that).
+	cancel   kgo.Opt
 	kgoOpts  []kgo.Opt // a producer's
 	connOpts []kgo.Opt // any client's: brokers, client id, SASL, TLS
 }
@@ -78,11 +81,6 @@ func settingsFor(cfg config.Sink) (settings, error) {
 		kgo.UnknownTopicRetries(unknownTopicRetries),
 		kgo.ProducerLinger(linger),
 		kgo.ProducerBatchCompression(codec),
-		// Without this an idempotent record whose request got no answer
-		// can be neither timed out nor cancelled, and Publish could wait
-		// for it indefinitely. The cost is a possible duplicate when the
-		// relay retries such a record, which consumers dedupe by event id.
-		kgo.AllowIdempotentProduceCancellation(),
 	}
 	if maxBytes > defaultBrokerWriteBytes {
 		opts = append(opts, kgo.BrokerMaxWriteBytes(maxBatchBytes))
@@ -106,7 +104,12 @@ func settingsFor(cfg config.Sink) (settings, error) {
 		}
 		conn = append(conn, kgo.DialTLSConfig(tc))
 	}
-	return settings{maxBytes: maxBytes, kgoOpts: append(slices.Clone(conn), opts...), connOpts: conn}, nil
+	// Without cancel an idempotent record whose request got no answer can
+	// be neither timed out nor cancelled, and Publish could wait for it
+	// indefinitely. The cost is a possible duplicate when the relay retries
+	// such a record, which consumers dedupe by event id.
+	return settings{maxBytes: maxBytes, kgoOpts: append(slices.Clone(conn), opts...), connOpts: conn,
+		cancel: kgo.AllowIdempotentProduceCancellation()}, nil
 }
 
 func compression(name string) (kgo.CompressionCodec, error) {

@@ -54,7 +54,7 @@ func TransactionalID(prefix, shard string) string { return prefix + shard }
 // NewShard connects the shard's transactional producer.
 func NewShard(cfg config.Sink, transactionalID, shard, progressTopic string, opts ...Option) (*Shard, error) {
 	txnTimeout := max(cfg.Timeout.D()+10*time.Second, 60*time.Second)
-	opts = append(opts, WithKgoOpts(kgo.TransactionalID(transactionalID), kgo.TransactionTimeout(txnTimeout)))
+	opts = append(opts, transactional(transactionalID, txnTimeout))
 	p, err := New(cfg, opts...)
 	if err != nil {
 		return nil, err
@@ -97,17 +97,28 @@ func (s *Shard) Recover(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer cl.Close()
+	// Read up to the end each partition had when the producer id was
+	// initialised: the last records before it may be followed only by
+	// transaction markers, which a consumer never sees, so a partition is
+	// also done once a fetch brings nothing more.
 	var last *progress
 	for len(want) > 0 {
-		fs := cl.PollFetches(ctx)
+		pctx, cancel := context.WithTimeout(ctx, progressQuiet)
+		fs := cl.PollFetches(pctx)
+		cancel()
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
+		if fs.Empty() {
+			break
+		}
 		for _, fe := range fs.Errors() {
-			return nil, fmt.Errorf("exactly-once: read progress topic %q: %w", s.topic, fe.Err)
+			if !errors.Is(fe.Err, context.DeadlineExceeded) {
+				return nil, fmt.Errorf("exactly-once: read progress topic %q: %w", s.topic, fe.Err)
+			}
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if string(r.Key) == s.shard {
+			if end, ok := want[r.Partition]; ok && r.Offset < end && string(r.Key) == s.shard {
 				var p progress
 				if json.Unmarshal(r.Value, &p) == nil {
 					last = &p
@@ -117,20 +128,16 @@ func (s *Shard) Recover(ctx context.Context) ([]string, error) {
 				delete(want, r.Partition)
 			}
 		})
-		// Control records (transaction markers) take offsets without
-		// records: a partition is done once its fetch position passes
-		// the end.
-		fs.EachPartition(func(p kgo.FetchTopicPartition) {
-			if end, ok := want[p.Partition]; ok && p.HighWatermark > 0 && p.LastStableOffset >= end && len(p.Records) == 0 {
-				delete(want, p.Partition)
-			}
-		})
 	}
 	if last == nil {
 		return nil, nil
 	}
 	return last.IDs, nil
 }
+
+// progressQuiet is how long a read of the progress topic waits for more
+// before taking the records it has for all there is.
+const progressQuiet = 500 * time.Millisecond
 
 // consumerOpts reads topic from the start, committed records only.
 func consumerOpts(cfg config.Sink, topic string) ([]kgo.Opt, error) {

@@ -26,6 +26,7 @@ type statements struct {
 	claimFenced   string // claim, under a lease ($3 shard, $4 owner, $5 term)
 	ack           string // $1 ctids, and $2 the batch id when the layout records claims
 	ackBatchID    bool
+	markByID      string // $1 ids, and $2 the batch id when the layout records claims: published if still pending
 	dead          string // $1 ids, $2 reasons
 	retryRow      string // $1 ids, $2 attempts, $3 errors; empty when the table has no retry columns
 	retryState    string // $1 source, $2 ids, $3 order keys, $4 attempts, $5 next, $6 errors
@@ -270,6 +271,7 @@ FOR UPDATE OF o SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, id, 
 	setPublished, setDead, setPending := stateSets(l)
 	if l.Mode == "delete" {
 		s.ack = "DELETE FROM " + table + " o WHERE o.ctid = ANY($1::tid[])"
+		s.markByID = "DELETE FROM " + table + " o WHERE " + id + " = ANY(" + idArr + ")"
 		s.dead = "DELETE FROM " + table + " o WHERE " + id + " = ANY(" + idArr + ")"
 	} else {
 		if l.BatchID.Name != "" {
@@ -281,6 +283,7 @@ FOR UPDATE OF o SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, id, 
 			s.ackBatchID = true
 		}
 		s.ack = "UPDATE " + table + " o SET " + setPublished + " WHERE o.ctid = ANY($1::tid[])"
+		s.markByID = "UPDATE " + table + " o SET " + setPublished + " WHERE " + id + " = ANY(" + idArr + ") AND " + pendingPredicate(l, "o")
 		deadSet := setDead
 		if l.Error != "" {
 			deadSet += ", " + QuoteIdent(l.Error) + " = u.reason"

@@ -157,6 +157,34 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	return b, nil
 }
 
+// MarkPublished records the rows with ids as published, those still
+// pending (and forgets their retry state), in one transaction: the events
+// an exactly-once takeover found in Kafka's progress record. It returns how
+// many it marked.
+func (s *Store) MarkPublished(ctx context.Context, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		args := []any{ids}
+		if s.sql.ackBatchID {
+			args = append(args, newBatchID())
+		}
+		tag, err := tx.Exec(ctx, s.sql.markByID, args...)
+		if err != nil {
+			return err
+		}
+		n = tag.RowsAffected()
+		_, err = tx.Exec(ctx, s.sql.clearRetry, s.opts.Source, ids)
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("mark delivered events on %s: %w", s.opts.Table, err)
+	}
+	return int(n), nil
+}
+
 // RecordStats implements source.Store: the backlog, the dead letters and
 // the relay_state upsert are one statement, so that an idle source costs
 // one query per stats interval for them.

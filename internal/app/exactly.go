@@ -1,0 +1,51 @@
+package app
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/internal/sink/kafka"
+)
+
+// exactlyOnce builds the workers of a source with delivery exactly_once:
+// each lease term gets a transactional producer of its own, whose id is
+// the source's, so that its takeover fences the previous holder's; before
+// its first claim, the worker marks in the database what the previous
+// holder's committed transactions delivered.
+func (a *App) exactlyOnce(s *Source, opts relay.Options) func() *relay.Worker {
+	sc := a.cfg.Sinks[s.Config.Sink]
+	topic := cmp.Or(sc.ProgressTopic, config.DefaultProgressTopic)
+	txnID := kafka.TransactionalID("outbox-relay."+a.cfg.RelaySchema+".", s.Name)
+	log := a.log.With("source", s.Name, "sink", s.Config.Sink)
+	return func() *relay.Worker {
+		o := opts
+		sh, err := kafka.NewShard(sc, txnID, s.Name, topic, kafka.WithLogger(log), kafka.WithKgoOpts(a.kgoOpts...))
+		if err != nil {
+			o.Recover = func(context.Context) error { return fmt.Errorf("exactly-once producer: %w", err) }
+			return relay.NewWorker(o)
+		}
+		o.Sink, o.Txn = sh, sh
+		o.Routes = append([]relay.Route(nil), opts.Routes...)
+		for i := range o.Routes {
+			o.Routes[i].Sink = sh
+		}
+		o.Recover = func(ctx context.Context) error {
+			ids, err := sh.Recover(ctx)
+			if err != nil {
+				return err
+			}
+			n, err := s.PG.MarkPublished(ctx, ids)
+			if err != nil {
+				return err
+			}
+			if n > 0 {
+				log.Warn("exactly-once takeover: events the previous holder delivered to Kafka are now marked", "events", n)
+			}
+			return nil
+		}
+		return relay.NewWorker(o)
+	}
+}

@@ -1,0 +1,122 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+)
+
+// exactlyOnceConfig writes the configuration of a relay process relaying
+// chaosTable to brokers with delivery exactly_once.
+func exactlyOnceConfig(t *testing.T, dsn string, brokers []string, extra string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(path, fmt.Appendf(nil, `log: {level: info, format: text}
+admin: {listen: "off"}
+shutdown: {timeout: 5s}
+lease_ttl: 2s
+databases:
+  main: {dsn: %q}
+sinks:
+  kafka: {type: kafka, brokers: [%q]}
+sources:
+  - name: orders
+    table: public.outbox
+    delivery: exactly_once
+    notify: "off"
+    batch_size: 100
+    poll: {min: 10ms, max: 100ms}
+    layout: {id: id, payload: payload, topic: "{topic}", key: "{k}", created_at: created_at, order_by: id,
+             state: {mode: flag, flag: published, published_at: [published_at]}}
+%s`, dsn, strings.Join(brokers, ","), extra), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// committedByID counts, per event id, the records a read_committed
+// consumer has seen.
+func committedByID(c *collector) map[string]int {
+	out := map[string]int{}
+	for _, r := range c.records() {
+		id, _ := header(r, "event_id")
+		out[id]++
+	}
+	return out
+}
+
+func fillOrders(t *testing.T, pool *pgxpool.Pool, n int) {
+	t.Helper()
+	pgtest.Exec(t, pool, fmt.Sprintf(`INSERT INTO outbox (k, topic, payload)
+SELECT 'k' || (g %% 7), 'orders', jsonb_build_object('i', g) FROM generate_series(1, %d) g`, n))
+}
+
+// TestExactlyOnceKillBetweenKafkaAndDatabase: the relay's Kafka transaction
+// commits, its database commit cannot (a lock holds the table), and the
+// relay is SIGKILLed. The next relay fences the first one's producer,
+// reads the progress record and marks those rows published without
+// sending them again: a read_committed consumer sees every event once.
+func TestExactlyOnceKillBetweenKafkaAndDatabase(t *testing.T) {
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, chaosTable)
+	c := kafkaCluster(t, kfake.SeedTopics(3, "orders"), kfake.SeedTopics(1, "outbox_relay_progress"))
+	brokers := c.ListenAddrs()
+	col := collectCommitted(t, brokers, "orders")
+	bin := buildRelay(t)
+	cfg := exactlyOnceConfig(t, dsn, brokers, "")
+	fillOrders(t, pool, 60)
+
+	// The table locked in SHARE mode: claims (FOR UPDATE) go through, the
+	// UPDATE that marks rows published waits.
+	ctx := context.Background()
+	lock, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = lock.Rollback(ctx) }()
+	if _, err := lock.Exec(ctx, "LOCK TABLE outbox IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	first := startRelay(t, bin, cfg)
+	waitFor(t, 20*time.Second, "the batch committed to Kafka", func() (bool, string) {
+		n := len(committedByID(col))
+		return n == 60, fmt.Sprintf("%d of 60 visible to read_committed", n)
+	})
+	var marked int
+	_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published").Scan(&marked)
+	if marked != 0 {
+		t.Fatalf("%d rows marked while the table was locked", marked)
+	}
+	first.kill(t)
+	if err := lock.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	second := startRelay(t, bin, cfg)
+	waitFor(t, 20*time.Second, "every row marked published", func() (bool, string) {
+		_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE published").Scan(&marked)
+		return marked == 60, fmt.Sprintf("%d of 60 marked", marked)
+	})
+	fillOrders(t, pool, 40) // and the relay goes on
+	waitFor(t, 20*time.Second, "the next rows delivered", func() (bool, string) {
+		n := len(committedByID(col))
+		return n == 100, fmt.Sprintf("%d of 100", n)
+	})
+	for id, n := range committedByID(col) {
+		if n != 1 {
+			t.Errorf("event %s seen %d times by a read_committed consumer", id, n)
+		}
+	}
+	second.checkOutput(t)
+	if !strings.Contains(second.out.String(), "now marked") {
+		t.Errorf("the takeover did not say it marked the delivered events:\n%s", second.out.String())
+	}
+}

@@ -1,0 +1,112 @@
+package relay
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/order"
+)
+
+// Transactor publishes each batch of a source in one transaction of its
+// sink, with the source's progress (delivery exactly_once): Begin before
+// the batch's first message, Commit with the ids of the rows it delivered
+// (failed aborts it instead), Confirm once the database has marked them.
+type Transactor interface {
+	Begin(ctx context.Context) error
+	Commit(ctx context.Context, ids []string, failed bool) (uint64, error)
+	Confirm(n uint64)
+	Close(ctx context.Context) error
+}
+
+// txnTurn orders the batches' transactions as the batches were claimed:
+// one at a time, and a batch waits for the one claimed before it.
+type txnTurn struct {
+	prev <-chan struct{} // closed when the previous batch's transaction ended
+	done chan struct{}   // closed when this batch's ended
+}
+
+// nextTurn takes the next place in the transactions' order (the claim
+// loop calls it, in claim order).
+func (w *Worker) nextTurn() *txnTurn {
+	t := &txnTurn{prev: w.lastTxn, done: make(chan struct{})}
+	w.lastTxn = t.done
+	return t
+}
+
+// beginTxn waits for the batch's turn and opens its transaction; on
+// failure every row is held (no attempt charged) and nothing is sent.
+func (w *Worker) beginTxn(ctx context.Context, a *attempt) bool {
+	select {
+	case <-a.f.turn.prev:
+	case <-ctx.Done():
+		w.holdAll(a, ctx.Err())
+		return false
+	}
+	if err := w.o.Txn.Begin(ctx); err != nil {
+		w.holdAll(a, err)
+		return false
+	}
+	return true
+}
+
+// commitTxn commits the batch's transaction with the ids it delivered, or
+// aborts it when a message failed; when nothing is committed, the rows
+// the sink took are held instead (no attempt charged: they were never
+// visible to read_committed consumers).
+func (w *Worker) commitTxn(ctx context.Context, a *attempt) {
+	var ids []string
+	failed := false
+	for i, r := range a.results {
+		switch r {
+		case order.OK:
+			ids = append(ids, a.f.rows[i].ID)
+		case order.Failed, order.Terminal, order.Unavailable:
+			failed = true
+		}
+	}
+	n, err := w.o.Txn.Commit(ctx, ids, failed)
+	if err == nil {
+		a.f.txn = n
+		return
+	}
+	if !failed {
+		w.log.Warn("Kafka transaction not committed; its rows are tried again", "err", err, "rows", len(ids))
+	}
+	until := time.Now().Add(w.holdFloor())
+	for i, r := range a.results {
+		if r == order.OK {
+			a.results[i], a.at[i], a.errs[i] = order.Unavailable, until, fmt.Errorf("not delivered: %w", err)
+		}
+	}
+}
+
+// holdAll holds every row of the attempt: not sent, no attempt charged.
+func (w *Worker) holdAll(a *attempt, err error) {
+	until := time.Now().Add(w.holdFloor())
+	for i := range a.results {
+		if a.errs[i] == nil {
+			a.results[i], a.at[i], a.errs[i] = order.Unavailable, until, fmt.Errorf("not sent: %w", err)
+		}
+	}
+}
+
+// recover runs Options.Recover until it succeeds; false when ctx ended
+// first.
+func (w *Worker) recover(ctx context.Context) bool {
+	wait := w.o.PollMin
+	for {
+		err := w.o.Recover(ctx)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		w.log.Error("exactly-once takeover failed; retrying", "err", err, "retry_in", wait)
+		if !w.sleep(ctx, wait, nil, nil) {
+			return false
+		}
+		wait = min(wait*2, 5*time.Second)
+	}
+}
