@@ -39,13 +39,30 @@ type procChaos struct {
 
 func newProcChaos(t *testing.T, leaseTTL string, keys int) *procChaos {
 	t.Helper()
+	return newProcChaosWith(t, leaseTTL, keys, "")
+}
+
+// newProcChaosExactlyOnce is newProcChaos with delivery exactly_once,
+// checked as read_committed consumers see the topic.
+func newProcChaosExactlyOnce(t *testing.T, leaseTTL string, keys int) *procChaos {
+	t.Helper()
+	return newProcChaosWith(t, leaseTTL, keys, "exactly_once")
+}
+
+func newProcChaosWith(t *testing.T, leaseTTL string, keys int, delivery string) *procChaos {
+	t.Helper()
 	p := &procChaos{t: t, bin: buildRelay(t), l: eventledger.New()}
 	dsn, pool := pgtest.NewDB(t)
 	p.pool = pool
 	pgtest.Exec(t, pool, chaosTable)
-	p.cluster = kafkaCluster(t, kfake.SeedTopics(4, "orders"))
+	p.cluster = kafkaCluster(t, kfake.SeedTopics(4, "orders"), kfake.SeedTopics(1, "outbox_relay_progress"))
 	brokers := p.cluster.ListenAddrs()
-	p.col = collect(t, brokers, "orders")
+	if delivery == "exactly_once" {
+		p.col = collectCommitted(t, brokers, "orders")
+	} else {
+		p.col = collect(t, brokers, "orders")
+		delivery = "at_least_once"
+	}
 	p.cfg = filepath.Join(t.TempDir(), "relay.yaml")
 	if err := os.WriteFile(p.cfg, fmt.Appendf(nil, `log: {level: warn, format: text}
 admin: {listen: "off"}
@@ -61,9 +78,10 @@ sources:
     batch_size: 50
     pipeline: 3
     poll: {min: 5ms, max: 50ms}
+    delivery: %s
     layout: {id: id, payload: payload, topic: "{topic}", key: "{k}", created_at: created_at, order_by: id,
              state: {mode: flag, flag: published, published_at: [published_at]}}
-`, leaseTTL, dsn, strings.Join(brokers, ",")), 0o600); err != nil {
+`, leaseTTL, dsn, strings.Join(brokers, ","), delivery), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The producer: transactions of 1-5 rows of random keys, a few hundred
