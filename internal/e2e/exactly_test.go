@@ -11,9 +11,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	eventledger "github.com/outbox-relay/outbox-relay/internal/ledger"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
@@ -211,6 +214,41 @@ func TestChaosExactlyOnceFrozenHolder(t *testing.T) {
 	rep := p.finish(procs)
 	t.Logf("%d freezes: %s", freezes, rep)
 	if !rep.OK() || rep.Duplicates > 0 {
+		t.Error(rep)
+	}
+}
+
+// TestChaosExactlyOnceAmbiguousAcks: the broker applies produce requests
+// and transaction commits and answers them with an error; the relay does
+// not know whether a batch committed, holds it, and its takeover reads the
+// progress record: a read_committed consumer sees every event once.
+func TestChaosExactlyOnceAmbiguousAcks(t *testing.T) {
+	t.Parallel()
+	rows, faults := 3000, 6
+	if chaosFull() {
+		rows, faults = 30000, 60
+	}
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, chaosTable)
+	l := eventledger.New()
+	fillChaos(t, pool, l, "orders", "k", rows, 100, 0)
+	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"), kfake.SeedTopics(1, "outbox_relay_progress"))
+	var np, ne int
+	produce := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.RequestTimedOut, Count: faults,
+		When: func(kmsg.Request) bool { np++; return np%5 == 0 }})
+	commit := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut, Count: faults,
+		When: func(kmsg.Request) bool { ne++; return ne%3 == 0 }})
+	col := collectCommitted(t, c.ListenAddrs(), "orders")
+	src := chaosSource(100, 2)
+	src.Delivery = config.DeliveryExactlyOnce
+	runRelay(t, baseConfig(dsn, c.ListenAddrs(), src))
+	rep := settle(t, pool, l, col, rows, 90*time.Second)
+	t.Logf("%d rows; %d produce requests and %d commits answered with an error after being applied: %s",
+		rows, produce.Hits(), commit.Hits(), rep)
+	if commit.Hits() == 0 {
+		t.Fatal("no commit was answered with an error: the scenario proves nothing")
+	}
+	if !rep.OK() || rep.Duplicates != 0 {
 		t.Error(rep)
 	}
 }

@@ -29,6 +29,8 @@ type inflight struct {
 	// exactly_once), and txn its committed transaction (0: none).
 	turn *txnTurn
 	txn  uint64
+	// unknown says its transaction's commit got no clear answer.
+	unknown bool
 }
 
 // start registers a claimed batch's keys and publishes it in the background.

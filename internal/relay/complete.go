@@ -43,6 +43,9 @@ func (w *Worker) complete(hard context.Context, f *inflight) {
 	if err == nil && f.txn != 0 {
 		w.o.Txn.Confirm(f.txn)
 	}
+	if f.unknown {
+		w.stopClaims()
+	}
 	select {
 	case w.freed <- struct{}{}:
 	default:

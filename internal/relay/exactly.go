@@ -2,10 +2,12 @@ package relay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/order"
+	"github.com/outbox-relay/outbox-relay/internal/sink"
 )
 
 // Transactor publishes each batch of a source in one transaction of its
@@ -70,7 +72,13 @@ func (w *Worker) commitTxn(ctx context.Context, a *attempt) {
 		a.f.txn = n
 		return
 	}
-	if !failed {
+	if errors.Is(err, sink.ErrTxnUnknown) {
+		// Kafka may have the batch: its rows are held, and the worker
+		// stops after it; the takeover that follows reads the progress
+		// record and marks them if the commit went through.
+		a.f.unknown = true
+		w.log.Error("Kafka transaction's outcome unknown; stopping to recover", "err", err, "rows", len(ids))
+	} else if !failed {
 		w.log.Warn("Kafka transaction not committed; its rows are tried again", "err", err, "rows", len(ids))
 	}
 	until := time.Now().Add(w.holdFloor())

@@ -220,10 +220,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			<-slots
 		}
 	}()
+	// The stats loop ends with the claims (whether ctx ended, the lease
+	// was lost or the worker stopped to recover).
+	sctx, stopStats := context.WithCancel(ctx)
+	defer stopStats()
 	statsDone := make(chan struct{})
 	go func() {
 		defer close(statsDone)
-		w.statsLoop(ctx)
+		w.statsLoop(sctx)
 	}()
 
 	// Claims stop when ctx ends, or when a completion finds the lease lost.
@@ -234,6 +238,7 @@ func (w *Worker) Run(ctx context.Context) error {
 	close(ackQ)
 	<-ackerDone
 	close(finished)
+	stopStats()
 	<-statsDone
 	// The last counts, within the bound a rollback gets: the database may
 	// be the reason for the shutdown.

@@ -66,6 +66,11 @@ type Publisher interface {
 	Close(ctx context.Context) error
 }
 
+// ErrTxnUnknown says a transaction's end was asked for and no answer
+// came: it may have committed or not. Only reading what the sink holds
+// (an exactly-once takeover) can tell.
+var ErrTxnUnknown = errors.New("the transaction's outcome is unknown")
+
 // TerminalError marks a failure that no retry can fix (message too large,
 // invalid payload, unknown destination). Such messages go to the dead-letter
 // table at once.

@@ -167,7 +167,8 @@ var ErrAborted = errors.New("the Kafka transaction was aborted")
 // Commit writes the progress record (ids, with the earlier unconfirmed
 // ones) and commits the transaction; failed says a message of the batch
 // failed, which aborts it. It returns the transaction's number for
-// Confirm, and ErrAborted (wrapped) when nothing was committed.
+// Confirm; ErrAborted (wrapped) when nothing was committed, and
+// sink.ErrTxnUnknown when the commit got no clear answer.
 func (s *Shard) Commit(ctx context.Context, ids []string, failed bool) (uint64, error) {
 	defer s.mu.Unlock()
 	try := kgo.TryCommit
@@ -194,6 +195,9 @@ func (s *Shard) Commit(ctx context.Context, ids []string, failed bool) (uint64, 
 		try, perr = kgo.TryAbort, err
 	}
 	if err := s.client.EndTransaction(ctx, try); err != nil {
+		if try == kgo.TryCommit {
+			return 0, fmt.Errorf("exactly-once: commit: %w: %w", sink.ErrTxnUnknown, err)
+		}
 		return 0, fmt.Errorf("exactly-once: end transaction: %w: %w", ErrAborted, err)
 	}
 	if try == kgo.TryAbort {
