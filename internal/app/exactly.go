@@ -22,7 +22,10 @@ func (a *App) exactlyOnce(s *Source, opts relay.Options) func() *relay.Worker {
 	log := a.log.With("source", s.Name, "sink", s.Config.Sink)
 	return func() *relay.Worker {
 		o := opts
-		sh, err := kafka.NewShard(sc, txnID, s.Name, topic, kafka.WithLogger(log), kafka.WithKgoOpts(a.kgoOpts...))
+		// The progress record's key is the transactional id: two
+		// deployments (relay schemas) with a source of the same name share
+		// a progress topic without reading each other's progress.
+		sh, err := kafka.NewShard(sc, txnID, txnID, topic, kafka.WithLogger(log), kafka.WithKgoOpts(a.kgoOpts...))
 		if err != nil {
 			o.Recover = func(context.Context) error { return fmt.Errorf("exactly-once producer: %w", err) }
 			return relay.NewWorker(o)

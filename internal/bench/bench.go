@@ -14,6 +14,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -30,6 +31,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 const topic = "bench"
@@ -49,7 +52,10 @@ type Options struct {
 	Pipeline     int
 	Layouts      []string // delete, mark, queue
 	Orderings    []bool
-	Brokers      []string // empty: the in-memory broker, in a child process
+	// Deliveries are the delivery modes drain measures (at_least_once,
+	// exactly_once); default at_least_once.
+	Deliveries []string
+	Brokers    []string // empty: the in-memory broker, in a child process
 	// InProcessBroker runs the in-memory broker inside this process instead
 	// (its CPU and memory then count as the relay's).
 	InProcessBroker bool
@@ -98,6 +104,7 @@ type Result struct {
 	Driver       string  `json:"driver"` // postgres or mysql
 	Layout       string  `json:"layout"`
 	Ordering     bool    `json:"ordering"`
+	Delivery     string  `json:"delivery,omitempty"`
 	Rows         int     `json:"rows"`
 	Keys         int     `json:"keys"`
 	BatchSize    int     `json:"batch_size"`
@@ -195,12 +202,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			continue
 		}
 		for _, ordering := range o.Orderings {
-			r, err := drain(ctx, pool, dsn, o, k, layout, ordering)
-			o.RelayProfile = nil // one profile per file: the first relay run
-			if err != nil {
-				return rep, err
+			deliveries := o.Deliveries
+			if len(deliveries) == 0 {
+				deliveries = []string{config.DeliveryAtLeastOnce}
 			}
-			rep.Drain = append(rep.Drain, r)
+			for _, delivery := range deliveries {
+				od := o
+				od.Deliveries = []string{delivery}
+				r, err := drain(ctx, pool, dsn, od, k, layout, ordering)
+				o.RelayProfile = nil // one profile per file: the first relay run
+				if err != nil {
+					return rep, err
+				}
+				rep.Drain = append(rep.Drain, r)
+			}
 		}
 	}
 	return rep, nil
@@ -308,7 +323,7 @@ func printDrain(w io.Writer, rs []Result) {
 	if my {
 		dbCol, logCol = "mariadb CPU µs/ev", "redo B/ev"
 	}
-	fmt.Fprintf(tw, "workload\tsink\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\t%s\tbroker CPU µs/ev\t%s\txacts/ev\tstmts/ev\t%s\trelay RSS MB\t\n", dbCol, logCol, deadCol)
+	fmt.Fprintf(tw, "workload\tsink\tdelivery\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\t%s\tbroker CPU µs/ev\t%s\txacts/ev\tstmts/ev\t%s\trelay RSS MB\t\n", dbCol, logCol, deadCol)
 	for _, r := range rs {
 		ord := "off"
 		if r.Ordering {
@@ -325,8 +340,8 @@ func printDrain(w io.Writer, rs []Result) {
 		if r.Driver == "mysql" {
 			dbCPU, logBytes, dead = r.Relay.MariaDBCPUMs1k, r.Relay.RedoBytesPerEvent, "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%s\t%.0f\t\n",
-			r.Workload, r.Sink, r.Layout, ord, r.Rows, r.Keys, ceil, r.Relay.EventsPerSec, ratio,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%s\t%.0f\t\n",
+			r.Workload, r.Sink, cmp.Or(r.Delivery, config.DeliveryAtLeastOnce), r.Layout, ord, r.Rows, r.Keys, ceil, r.Relay.EventsPerSec, ratio,
 			r.Relay.CPUMsPer1k, dbCPU, r.Relay.BrokerCPUMs1k, logBytes, r.Relay.XactsPerEvent, r.Relay.StmtsPerEvent,
 			dead, float64(r.PeakRSSBytes)/(1<<20))
 	}

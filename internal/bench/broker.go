@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // broker is the in-memory Kafka broker run as a child process
@@ -23,7 +25,7 @@ func startBroker(partitions int) (*broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, "fake-kafka", "--topics", topic, "--partitions", strconv.Itoa(partitions))
+	cmd := exec.Command(self, "fake-kafka", "--topics", topic+","+config.DefaultProgressTopic, "--partitions", strconv.Itoa(partitions))
 	cmd.Stderr = os.Stderr
 	// The broker keeps every message in memory: no soft limit for it.
 	cmd.Env = append(os.Environ(), "GOMEMLIMIT=off", "GOGC=100")

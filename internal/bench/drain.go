@@ -18,7 +18,7 @@ import (
 // drain measures the ceiling and the relay on a prefilled backlog.
 func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, layout string, ordering bool) (Result, error) {
 	t := table{schema: newSchema(), layout: layout, dsn: dsn}
-	res := Result{Workload: "drain", Driver: "postgres", Layout: layout, Ordering: ordering, Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
+	res := Result{Workload: "drain", Driver: "postgres", Layout: layout, Ordering: ordering, Delivery: firstOr(o.Deliveries, config.DeliveryAtLeastOnce), Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if err := t.create(ctx, pool); err != nil {
 		return res, err
 	}
@@ -92,6 +92,9 @@ func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, tg *target, 
 		Databases:   map[string]config.Database{"bench": {DSN: dsn, MaxConns: o.Pipeline + 4}},
 		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
 		Sources:     []config.Source{t.source(tg.topic, o.BatchSize, o.Pipeline, ordering)},
+	}
+	if len(o.Deliveries) > 0 {
+		cfg.Sources[0].Delivery = o.Deliveries[0]
 	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
@@ -237,4 +240,12 @@ func progress(o Options, format string, args ...any) {
 	if o.Progress != nil {
 		fmt.Fprintf(o.Progress, format+"\n", args...)
 	}
+}
+
+// firstOr is the first of vs, or v when there is none.
+func firstOr(vs []string, v string) string {
+	if len(vs) == 0 {
+		return v
+	}
+	return vs[0]
 }

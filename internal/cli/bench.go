@@ -14,7 +14,7 @@ import (
 
 func newBench(g *globals) *cobra.Command {
 	o := bench.Options{}
-	var layout, ordering, jsonPath, cpuProfile string
+	var layout, ordering, delivery, jsonPath, cpuProfile string
 	cmd := &cobra.Command{
 		Use:   "bench [drain|steady|sparse|keys]",
 		Short: "Measure the relay against the database's own ceiling, in the same run",
@@ -80,6 +80,12 @@ participant strict order, so a claim takes one payment per participant.`,
 			default:
 				o.Orderings = []bool{true, false}
 			}
+			switch delivery {
+			case "both":
+				o.Deliveries = []string{"at_least_once", "exactly_once"}
+			default:
+				o.Deliveries = []string{delivery}
+			}
 			o.Progress = g.stderr
 			o.Logger = slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 			if cpuProfile != "" {
@@ -114,6 +120,7 @@ participant strict order, so a claim takes one payment per participant.`,
 	f.StringSliceVar(&o.Brokers, "brokers", nil, "a real Kafka cluster (topic \"bench\" must exist)")
 	f.StringVar(&layout, "layout", "both", "delete, mark, both, or queue (seed 003's payment queue, drain only)")
 	f.StringVar(&ordering, "ordering", "both", "on, off or both")
+	f.StringVar(&delivery, "delivery", "at_least_once", "drain to Kafka: at_least_once, exactly_once or both (Kafka transactions)")
 	f.StringVar(&jsonPath, "json", "", "also write the results as JSON to this file")
 	f.IntSliceVar(&o.Rates, "rates", []int{1000, 2500, 5000, 10000, 20000, 40000}, "steady: rates to try, in events/s, until one is not sustainable")
 	f.IntSliceVar(&o.RowsPerTx, "rows-per-tx", []int{1, 10}, "steady: events per producer transaction")

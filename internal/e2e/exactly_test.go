@@ -252,3 +252,37 @@ func TestChaosExactlyOnceAmbiguousAcks(t *testing.T) {
 		t.Error(rep)
 	}
 }
+
+// TestExactlyOnceDeploymentsShareTheProgressTopic: two deployments (relay
+// schemas) each relay a source named "orders" (tables whose ids are the
+// same numbers) through one cluster and one progress topic: neither takes
+// the other's progress for its own.
+func TestExactlyOnceDeploymentsShareTheProgressTopic(t *testing.T) {
+	t.Parallel()
+	c := kafkaCluster(t, kfake.SeedTopics(3, "orders"), kfake.SeedTopics(1, "outbox_relay_progress"))
+	col := collectCommitted(t, c.ListenAddrs(), "orders")
+	for i, schema := range []string{"relay_a", "relay_b"} {
+		dsn, pool := pgtest.NewDB(t)
+		pgtest.Exec(t, pool, chaosTable)
+		fillOrders(t, pool, 50)
+		src := chaosSource(20, 2)
+		src.Name, src.Delivery = "orders", config.DeliveryExactlyOnce
+		cfg := baseConfig(dsn, c.ListenAddrs(), src)
+		cfg.RelaySchema = schema
+		stop := runRelay(t, cfg)
+		waitFor(t, 20*time.Second, schema+"'s rows delivered", func() (bool, string) {
+			var n int
+			_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox WHERE published").Scan(&n)
+			return n == 50, fmt.Sprintf("%d of 50 marked", n)
+		})
+		stop()
+		if got := len(col.records()); got < 50*(i+1) {
+			waitFor(t, 10*time.Second, "the records", func() (bool, string) {
+				return len(col.records()) == 50*(i+1), fmt.Sprint(len(col.records()))
+			})
+		}
+	}
+	if n := len(col.records()); n != 100 {
+		t.Errorf("%d records, want 50 of each deployment", n)
+	}
+}

@@ -51,7 +51,8 @@ type progress struct {
 // replica, so that a new holder fences the previous one.
 func TransactionalID(prefix, shard string) string { return prefix + shard }
 
-// NewShard connects the shard's transactional producer.
+// NewShard connects the shard's transactional producer; shard is the key
+// of its progress records, unique among the relays sharing progressTopic.
 func NewShard(cfg config.Sink, transactionalID, shard, progressTopic string, opts ...Option) (*Shard, error) {
 	txnTimeout := max(cfg.Timeout.D()+10*time.Second, 60*time.Second)
 	opts = append(opts, transactional(transactionalID, txnTimeout))
