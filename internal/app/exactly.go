@@ -40,15 +40,28 @@ func (a *App) exactlyOnce(s *Source, opts relay.Options) func() *relay.Worker {
 			if err != nil {
 				return err
 			}
-			n, err := s.PG.MarkPublished(ctx, ids)
+			n, err := markerOf(s).MarkPublished(ctx, ids)
 			if err != nil {
 				return err
 			}
 			if n > 0 {
-				log.Warn("exactly-once takeover: events the previous holder delivered to Kafka are now marked", "events", n)
+				log.Warn("exactly-once takeover: events the previous holder delivered to Kafka are now marked published", "events", n)
 			}
 			return nil
 		}
 		return relay.NewWorker(o)
 	}
+}
+
+// marker records events delivered as published: the store of a PostgreSQL
+// or MySQL source.
+type marker interface {
+	MarkPublished(ctx context.Context, ids []string) (int, error)
+}
+
+func markerOf(s *Source) marker {
+	if s.MySQL != nil {
+		return s.MySQL.Store
+	}
+	return s.PG
 }

@@ -390,7 +390,7 @@ func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\
 
 // validateDelivery checks that exactly-once delivery has what it needs: a
 // Kafka sink for the source and every route (the same one: one
-// transaction), on PostgreSQL, and not a queue.
+// transaction), and not a queue.
 func (c *Config) validateDelivery(ps *problems, p string, s *Source) {
 	oneOf(ps, p+".delivery", s.Delivery, []string{DeliveryAtLeastOnce, DeliveryExactlyOnce}, true)
 	if s.Delivery != DeliveryExactlyOnce {
@@ -406,9 +406,6 @@ func (c *Config) validateDelivery(ps *problems, p string, s *Source) {
 		if r.MaxInFlight > 0 {
 			ps.add(fmt.Sprintf("%s.routes[%d].max_in_flight", p, j), "not with delivery exactly_once (a batch is one transaction)")
 		}
-	}
-	if db, ok := c.Databases[s.Database]; ok && db.Driver == "mysql" {
-		ps.add(p+".delivery", "exactly_once runs on PostgreSQL sources for now")
 	}
 	if s.IsQueue() {
 		ps.add(p+".delivery", "a queue dispatches one event per participant at a time; exactly_once applies to outbox tables")

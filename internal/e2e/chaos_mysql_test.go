@@ -29,13 +29,35 @@ func TestChaosFrozenHolderMariaDB(t *testing.T) {
 	if chaosFull() {
 		freezes = 10
 	}
+	mariaDBChaos(t, "at_least_once", freezes, 0)
+}
+
+// TestChaosExactlyOnceMariaDB is the same with delivery exactly_once, and
+// SIGKILLs besides the freezes: a read_committed consumer sees every event
+// once.
+func TestChaosExactlyOnceMariaDB(t *testing.T) {
+	t.Parallel()
+	freezes, kills := 2, 4
+	if chaosFull() {
+		freezes, kills = 8, 16
+	}
+	mariaDBChaos(t, "exactly_once", freezes, kills)
+}
+
+// mariaDBChaos runs two relays on a MariaDB outbox under a producer,
+// freezes the lease holder past its lease freezes times (see
+// freezeHolder), then SIGKILLs the holder kills times, and checks the
+// ledger: nothing lost, order on first delivery, and no duplicate with
+// exactly_once.
+func mariaDBChaos(t *testing.T, delivery string, freezes, kills int) {
+	t.Helper()
 	bin := buildRelay(t)
 	ctx := context.Background()
 	name, dsn := mytest.NewDatabase(t, "chaos_frozen")
 	db := openMySQL(t, dsn)
 	mytest.Exec(t, db, "CREATE TABLE outbox (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY, topic VARCHAR(255) NOT NULL, "+
 		"`key` VARCHAR(255) NOT NULL, payload JSON NOT NULL)")
-	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
+	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"), kfake.SeedTopics(1, "outbox_relay_progress"))
 	brokers := c.ListenAddrs()
 	relayDB := "relay_" + mytest.Suffix()
 	t.Cleanup(func() { mytest.Drop(t, relayDB) })
@@ -56,10 +78,14 @@ sources:
     batch_size: 50
     pipeline: 3
     poll: {min: 5ms, max: 50ms}
-`, relayDB, dsn, strings.Join(brokers, ","), name), 0o600); err != nil {
+    delivery: %s
+`, relayDB, dsn, strings.Join(brokers, ","), name, delivery), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	col := collect(t, brokers, "orders")
+	if delivery == "exactly_once" {
+		col = collectCommitted(t, brokers, "orders")
+	}
 	l := eventledger.New()
 	var rows int
 	var mu sync.Mutex
@@ -129,7 +155,17 @@ sources:
 		freezeHolder(t, f+1, procs, holder, flowing)
 		procs = append(procs, startRelay(t, bin, cfg))
 	}
-	flowing("events flowing after the last freeze", 200)
+	for k := range kills {
+		flowing(fmt.Sprintf("events flowing before kill %d", k+1), 200)
+		pid, _ := holder()
+		for _, pr := range procs {
+			if pr.cmd.Process.Pid == pid && !pr.exited() {
+				pr.kill(t)
+			}
+		}
+		procs = append(procs, startRelay(t, bin, cfg))
+	}
+	flowing("events flowing after the last freeze and kill", 200)
 	stop()
 	waitFor(t, 90*time.Second, "every row delivered", func() (bool, string) {
 		var left int
@@ -147,8 +183,8 @@ sources:
 		pr.checkOutput(t)
 	}
 	rep := l.Check(nil)
-	t.Logf("MariaDB, %d freezes: %s", freezes, rep)
-	if !rep.OK() {
+	t.Logf("MariaDB, %s, %d freezes, %d kills: %s", delivery, freezes, kills, rep)
+	if !rep.OK() || (delivery == "exactly_once" && rep.Duplicates > 0) {
 		t.Error(rep)
 	}
 }

@@ -312,3 +312,44 @@ func (b *batch) checkLease(ctx context.Context, lock string) error {
 	}
 	return nil
 }
+
+// MarkPublished records the rows with ids as published (deletes them in
+// delete mode) and forgets their retry state, in one transaction: the
+// events an exactly-once takeover found in Kafka's progress record. It
+// returns how many ids it was given.
+func (s *Store) MarkPublished(ctx context.Context, ids []string) (int, error) {
+	if len(ids) == 0 {
+		return 0, nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, fmt.Errorf("mark delivered events: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	b := &batch{store: s, tx: tx, id: newBatchID(), claimedAt: time.Now().UTC()}
+	sets := ""
+	var setArgs []any
+	if s.opts.Layout.Mode != "delete" {
+		sets = s.sql.ackSets
+		if s.sql.ackClaim {
+			setArgs = []any{b.id, b.claimedAt}
+		}
+	}
+	if err := b.byIDs(ctx, "mark delivered events", sets, ids, setArgs...); err != nil {
+		return 0, err
+	}
+	for chunk := range chunks(ids) {
+		q := "DELETE FROM " + QuoteIdent(s.opts.RelayDatabase) + ".retry_state WHERE source = ? AND event_id IN (" + placeholders(len(chunk), "") + ")"
+		args := []any{s.opts.Source}
+		for _, id := range chunk {
+			args = append(args, id)
+		}
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return 0, fmt.Errorf("mark delivered events: clear retry state: %w", err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, fmt.Errorf("mark delivered events: %w", err)
+	}
+	return len(ids), nil
+}
