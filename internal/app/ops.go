@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/sink/nats"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
@@ -149,6 +151,38 @@ func (a *App) MissingTopics(ctx context.Context, name string, topics []string) (
 	}
 	missing, err = m.MissingTopics(ctx, topics)
 	return missing, true, err
+}
+
+// DedupWindow is how long a sink's destination remembers a message id for
+// deduplication (a NATS stream's duplicate window), against how long after
+// a failure the relay may send the message again.
+type DedupWindow struct {
+	Subject, Stream string
+	Window, Horizon time.Duration
+}
+
+// DedupWindows looks up, for each of subjects, the deduplication window of
+// sink name; ok is false for sinks without one.
+func (a *App) DedupWindows(ctx context.Context, name string, subjects []string) (out []DedupWindow, ok bool, err error) {
+	s, err := a.sink(name)
+	if err != nil {
+		return nil, false, err
+	}
+	if w, isWrapped := s.(interface{ Unwrap() sink.Publisher }); isWrapped {
+		s = w.Unwrap()
+	}
+	n, ok := s.(*nats.Publisher)
+	if !ok {
+		return nil, false, nil
+	}
+	for _, subj := range subjects {
+		w, err := n.DuplicateWindow(ctx, subj)
+		if err != nil {
+			return out, true, err
+		}
+		out = append(out, DedupWindow{Subject: subj, Stream: w.Stream, Window: w.Window, Horizon: w.Horizon})
+	}
+	return out, true, nil
 }
 
 // TriggerState says whether the wake-up trigger is on a PostgreSQL

@@ -225,6 +225,7 @@ func (c *checker) sinks(ctx context.Context, srcs []*app.Source) {
 		if len(topics[name]) == 0 {
 			continue
 		}
+		c.dedup(ctx, name, topics[name])
 		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		missing, ok, err := c.a.MissingTopics(tctx, name, topics[name])
 		cancel()
@@ -239,5 +240,29 @@ func (c *checker) sinks(ctx context.Context, srcs []*app.Source) {
 		default:
 			c.say("sinks.%s: topics %s: ok", name, strings.Join(topics[name], ", "))
 		}
+	}
+}
+
+// dedup reports, for a sink whose destination deduplicates by message id
+// within a window (NATS JetStream), whether the window covers the relay's
+// retries: a retry after it would be stored twice.
+func (c *checker) dedup(ctx context.Context, name string, subjects []string) {
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	ws, ok, err := c.a.DedupWindows(dctx, name, subjects)
+	switch {
+	case !ok:
+		return
+	case err != nil:
+		c.problem("sinks.%s: duplicate window: %v", name, err)
+		return
+	}
+	for _, w := range ws {
+		if w.Window < w.Horizon {
+			c.problem("sinks.%s: subject %s: stream %s forgets message ids after %s, but a retry may come %s after the first attempt (retry_horizon): raise the stream's duplicate_window to at least %s, or a retried event may be stored twice",
+				name, w.Subject, w.Stream, w.Window, w.Horizon, w.Horizon)
+			continue
+		}
+		c.say("sinks.%s: subject %s: stream %s deduplicates for %s, covering retries up to %s: ok", name, w.Subject, w.Stream, w.Window, w.Horizon)
 	}
 }

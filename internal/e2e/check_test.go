@@ -112,3 +112,34 @@ sources:
 		}
 	}
 }
+
+// TestCheckNATSDuplicateWindow: check compares a NATS stream's duplicate
+// window with the relay's retry horizon: a window of 10 minutes covers the
+// default 5 minute horizon; a horizon of 20 minutes is not covered and is a
+// problem, named with the numbers.
+func TestCheckNATSDuplicateWindow(t *testing.T) {
+	t.Parallel()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
+	s := newNATSStream(t)
+	cfgFor := func(horizon string) string {
+		return writeYAML(t, fmt.Sprintf(`databases:
+  main: {dsn: %q}
+sinks:
+  bus: {type: nats, nats: {url: %q, retry_horizon: %s}}
+sources:
+  - name: orders
+    table: public.outbox
+    preset: status
+    topic: %s.orders
+`, dsn, s.url, horizon, s.prefix))
+	}
+	out, _ := runCLI(t, "--config", cfgFor("5m"), "check")
+	if want := "stream " + s.name + " deduplicates for 10m0s, covering retries up to 5m0s: ok"; !strings.Contains(out, want) {
+		t.Errorf("check output lacks %q:\n%s", want, out)
+	}
+	out, err := runCLI(t, "--config", cfgFor("20m"), "check")
+	if err == nil || !strings.Contains(out, "forgets message ids after 10m0s, but a retry may come 20m0s after the first attempt") {
+		t.Errorf("check with a 20m horizon: %v\n%s", err, out)
+	}
+}
