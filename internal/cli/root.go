@@ -92,7 +92,7 @@ or a broken destination never blocks the rest.`,
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.PersistentFlags().StringVarP(&g.configPath, "config", "c", "relay.yaml", "configuration file")
-	root.AddCommand(newRun(g), newMigrate(g), newCheck(g), newDLQ(g), newRetention(g), newOptimize(g), newDemo(g), newBench(g), newFakeKafka(g), newVersion(g), newStatus(g))
+	root.AddCommand(newRun(g), newMigrate(g), newCheck(g), newDLQ(g), newRetention(g), newOptimize(g), newDemo(g), newBench(g), newFakeKafka(g), newVersion(g), newStatus(g), newInbox(g))
 	return root
 }
 

@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -141,5 +142,24 @@ sources:
 	out, err := runCLI(t, "--config", cfgFor("20m"), "check")
 	if err == nil || !strings.Contains(out, "forgets message ids after 10m0s, but a retry may come 20m0s after the first attempt") {
 		t.Errorf("check with a 20m horizon: %v\n%s", err, out)
+	}
+}
+
+// TestInboxPurgeCommand: `outbox-relay inbox purge` deletes seed 001's
+// expired processed_events in batches and leaves the live ones.
+func TestInboxPurgeCommand(t *testing.T) {
+	t.Parallel()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001, `INSERT INTO processed_events (event_id, consumer_group, expires_at)
+SELECT gen_random_uuid(), 'wallet', now() - interval '1 hour' FROM generate_series(1, 25)`,
+		`INSERT INTO processed_events (event_id, consumer_group) SELECT gen_random_uuid(), 'wallet' FROM generate_series(1, 5)`)
+	out, err := runCLI(t, "inbox", "purge", "--dsn", dsn, "--batch", "10")
+	if err != nil || !strings.Contains(out, "deleted 25 expired ids from processed_events") {
+		t.Fatalf("inbox purge: %v\n%s", err, out)
+	}
+	var left int
+	_ = pool.QueryRow(context.Background(), "SELECT count(*) FROM processed_events").Scan(&left)
+	if left != 5 {
+		t.Errorf("%d ids left, want the 5 live ones", left)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"net/url"
 	"os"
 	"testing"
@@ -37,42 +38,66 @@ func Suffix() string {
 // NewDB creates an empty database and returns its DSN and a pool on it.
 func NewDB(t testing.TB) (string, *pgxpool.Pool) {
 	t.Helper()
+	dsn, drop, err := TempDatabase("")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(drop)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	admin, err := pgx.Connect(ctx, AdminDSN())
-	if err != nil {
-		t.Fatalf("connect to PostgreSQL at %s (start it with scripts/services.sh postgres): %v", AdminDSN(), err)
-	}
-	defer admin.Close(ctx)
-	name := "outbox_test_" + Suffix()
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatalf("create database: %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		c, err := pgx.Connect(ctx, AdminDSN())
-		if err != nil {
-			t.Logf("drop database %s: %v", name, err)
-			return
-		}
-		defer c.Close(ctx)
-		if _, err := c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)"); err != nil {
-			t.Logf("drop database %s: %v", name, err)
-		}
-	})
-	u, err := url.Parse(AdminDSN())
-	if err != nil {
-		t.Fatalf("parse %s: %v", AdminDSN(), err)
-	}
-	u.Path = "/" + name
-	dsn := u.String()
 	pool, err := pgxpool.New(ctx, dsn)
 	if err != nil {
 		t.Fatalf("connect to %s: %v", dsn, err)
 	}
 	t.Cleanup(pool.Close)
 	return dsn, pool
+}
+
+// TempDatabase creates a database, runs ddl in it (when not empty), and
+// returns its DSN and a function that drops it, for tests and runnable
+// examples.
+func TempDatabase(ddl string) (dsn string, drop func(), err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := pgx.Connect(ctx, AdminDSN())
+	if err != nil {
+		return "", nil, fmt.Errorf("connect to PostgreSQL at %s (start it with scripts/services.sh postgres): %w", AdminDSN(), err)
+	}
+	defer admin.Close(ctx)
+	name := "outbox_test_" + Suffix()
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		return "", nil, fmt.Errorf("create database: %w", err)
+	}
+	drop = func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, AdminDSN())
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+	}
+	u, err := url.Parse(AdminDSN())
+	if err != nil {
+		drop()
+		return "", nil, fmt.Errorf("parse %s: %w", AdminDSN(), err)
+	}
+	u.Path = "/" + name
+	dsn = u.String()
+	if ddl != "" {
+		c, err := pgx.Connect(ctx, dsn)
+		if err != nil {
+			drop()
+			return "", nil, err
+		}
+		defer c.Close(ctx)
+		if _, err := c.Exec(ctx, ddl); err != nil {
+			drop()
+			return "", nil, fmt.Errorf("exec ddl: %w", err)
+		}
+	}
+	return dsn, drop, nil
 }
 
 // Exec runs SQL statements or fails the test.
