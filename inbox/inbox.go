@@ -17,10 +17,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/sqlident"
 )
 
 // Dialect is the database's SQL flavour.
@@ -214,17 +215,6 @@ func Purge(ctx context.Context, db *sql.DB, dialect Dialect, table Table, batch 
 	}
 }
 
-func quote(d Dialect, ident string) string {
-	if d == MySQL {
-		return "`" + strings.ReplaceAll(ident, "`", "``") + "`"
-	}
-	return pgx.Identifier{ident}.Sanitize()
-}
+func quote(d Dialect, ident string) string { return sqlident.Quote(d == MySQL, ident) }
 
-func quoteName(d Dialect, name string) string {
-	parts := strings.Split(name, ".")
-	for i, p := range parts {
-		parts[i] = quote(d, p)
-	}
-	return strings.Join(parts, ".")
-}
+func quoteName(d Dialect, name string) string { return sqlident.QuoteName(d == MySQL, name) }

@@ -1,0 +1,405 @@
+// Package outbox is the producer's half: it writes an event into an outbox
+// table inside the caller's transaction, so that the event commits (or
+// not) with the business data, for outbox-relay to publish.
+//
+// A Layout names the table's columns, as the relay's configuration does;
+// presets cover the relay's own delete-on-publish table and the shapes of
+// seeds 000, 001, 003 and 004. Ids are UUIDv7 where the table takes a
+// UUID; created_at is the clock's, not the transaction's start, so that
+// rows of one transaction keep their order; the W3C traceparent of the
+// caller's context goes into the headers column; an idempotency key with a
+// unique constraint returns the event already written instead of a second
+// one. database/sql (PostgreSQL, MySQL, MariaDB) and pgx.
+package outbox
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/sqlident"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Dialect is the database's SQL flavour.
+type Dialect int
+
+const (
+	// Postgres is PostgreSQL.
+	Postgres Dialect = iota
+	// MySQL is MySQL or MariaDB.
+	MySQL
+)
+
+// Layout maps an event to an outbox table's columns; an empty column is
+// not written.
+type Layout struct {
+	Table string // optionally schema-qualified
+	// ID is the id column; GenerateID makes the package fill it with a
+	// UUIDv7, else the table's default does.
+	ID         string
+	GenerateID bool
+	Payload    string
+	// Headers is a JSON object column: the event's headers, with the
+	// caller's traceparent.
+	Headers                               string
+	Topic, Key, PartitionKey              string
+	EventType, AggregateType, AggregateID string
+	CreatedAt                             string
+	// Idempotency lists the columns of a unique constraint that makes a
+	// second write of one event return the first (seed 003's
+	// (instruction_id, idempotency_key)); IdempotencyKey is the column the
+	// event's IdempotencyKey goes to.
+	Idempotency    []string
+	IdempotencyKey string
+}
+
+// Presets are the layouts of the tables the relay's presets read.
+var Presets = map[string]Layout{
+	// delete: the relay's delete-on-publish table (id, topic, key, payload).
+	"delete": {Table: "outbox", ID: "id", Payload: "payload", Topic: "topic", Key: "key"},
+	// seed000: journey_matcher.outbox and its siblings (published flag);
+	// correlation_id goes in Event.Columns.
+	"seed000": {Table: "outbox", ID: "id", GenerateID: true, Payload: "payload", EventType: "event_type",
+		AggregateType: "aggregate_type", AggregateID: "aggregate_id", CreatedAt: "created_at"},
+	// seed001: the status table with topic, partition key and headers.
+	"seed001": {Table: "outbox", ID: "id", GenerateID: true, Payload: "payload", Headers: "headers", Topic: "topic",
+		PartitionKey: "partition_key", EventType: "event_type", AggregateType: "aggregate_type",
+		AggregateID: "aggregate_id", CreatedAt: "created_at"},
+	// seed003: payment_outbox_pending (participant_id, instruction_id and
+	// rail_type go in Event.Columns; WriteSequenced adds sequence_id).
+	"seed003": {Table: "payment_outbox_pending", ID: "outbox_id", GenerateID: true, Payload: "payload",
+		CreatedAt: "created_at", Idempotency: []string{"instruction_id", "idempotency_key"}, IdempotencyKey: "idempotency_key"},
+	// seed004: kafka_outbox (created by the relay), payload and headers as
+	// JSON text.
+	"seed004": {Table: "kafka_outbox", ID: "id", Payload: "payload_json", Headers: "payload_headers", Topic: "topic",
+		Key: "key", PartitionKey: "partition_key", CreatedAt: "created_at"},
+}
+
+// Event is one event to write.
+type Event struct {
+	// ID is the event's id; empty: a UUIDv7 (GenerateID) or the table's.
+	ID                               string
+	Type, AggregateType, AggregateID string
+	Topic, Key, PartitionKey         string
+	// Payload is written as is when it is []byte, json.RawMessage or a
+	// string, else as its JSON encoding.
+	Payload        any
+	Headers        map[string]string
+	IdempotencyKey string
+	// Columns are the table's other columns and their values.
+	Columns map[string]any
+}
+
+// Writer writes events into one outbox table.
+type Writer struct {
+	d Dialect
+	l Layout
+}
+
+// New returns the writer of table layout l.
+func New(d Dialect, l Layout) *Writer { return &Writer{d: d, l: l} }
+
+// ErrNoTable says the layout names no table.
+var ErrNoTable = errors.New("outbox: the layout names no table")
+
+// statement builds the insert of e and its arguments.
+func (w *Writer) statement(ctx context.Context, e Event) (string, []any, string, error) {
+	l := w.l
+	if l.Table == "" {
+		return "", nil, "", ErrNoTable
+	}
+	var cols, vals []string
+	var args []any
+	arg := func(col string, v any) {
+		if col == "" {
+			return
+		}
+		args = append(args, v)
+		cols = append(cols, quote(w.d, col))
+		if w.d == MySQL {
+			vals = append(vals, "?")
+		} else {
+			vals = append(vals, fmt.Sprintf("$%d", len(args)))
+		}
+	}
+	id := e.ID
+	if id == "" && l.GenerateID {
+		u, err := uuid.NewV7()
+		if err != nil {
+			return "", nil, "", fmt.Errorf("outbox: event id: %w", err)
+		}
+		id = u.String()
+	}
+	if id != "" {
+		arg(l.ID, id)
+	}
+	payload, err := payloadBytes(e.Payload)
+	if err != nil {
+		return "", nil, "", err
+	}
+	arg(l.Payload, string(payload))
+	if l.Headers != "" {
+		h, err := headers(ctx, e.Headers)
+		if err != nil {
+			return "", nil, "", err
+		}
+		arg(l.Headers, h)
+	}
+	for _, c := range []struct{ col, v string }{
+		{l.Topic, e.Topic}, {l.Key, e.Key}, {l.PartitionKey, e.PartitionKey}, {l.EventType, e.Type},
+		{l.AggregateType, e.AggregateType}, {l.AggregateID, e.AggregateID}, {l.IdempotencyKey, e.IdempotencyKey},
+	} {
+		if c.col != "" && (c.v != "" || c.col == l.Key) {
+			arg(c.col, c.v)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(e.Columns)) {
+		arg(k, e.Columns[k])
+	}
+	if l.CreatedAt != "" {
+		// The clock's time, not the transaction's start: rows of one
+		// transaction keep the order they were written in.
+		cols = append(cols, quote(w.d, l.CreatedAt))
+		if w.d == MySQL {
+			vals = append(vals, "SYSDATE(6)")
+		} else {
+			vals = append(vals, "clock_timestamp()")
+		}
+	}
+	q := "INSERT INTO " + quoteName(w.d, l.Table) + " (" + strings.Join(cols, ", ") + ") VALUES (" + strings.Join(vals, ", ") + ")"
+	if w.d == Postgres {
+		if len(l.Idempotency) > 0 {
+			q += " ON CONFLICT DO NOTHING"
+		}
+		q += " RETURNING " + quote(w.d, l.ID) + "::text"
+	}
+	return q, args, id, nil
+}
+
+// existing is the query of the id already written under e's idempotency
+// columns, and its arguments.
+func (w *Writer) existing(e Event) (string, []any, error) {
+	var where []string
+	var args []any
+	for _, c := range w.l.Idempotency {
+		var v any
+		switch {
+		case c == w.l.IdempotencyKey:
+			v = e.IdempotencyKey
+		default:
+			cv, ok := e.Columns[c]
+			if !ok {
+				return "", nil, fmt.Errorf("outbox: the event has no value for idempotency column %s", c)
+			}
+			v = cv
+		}
+		args = append(args, v)
+		ph := "?"
+		if w.d == Postgres {
+			ph = fmt.Sprintf("$%d", len(args))
+		}
+		where = append(where, quote(w.d, c)+" = "+ph)
+	}
+	cast := ""
+	if w.d == Postgres {
+		cast = "::text"
+	}
+	return "SELECT " + quote(w.d, w.l.ID) + cast + " FROM " + quoteName(w.d, w.l.Table) + " WHERE " + strings.Join(where, " AND "), args, nil
+}
+
+// Write inserts e in tx and returns its id: the existing event's when the
+// table's idempotency constraint already holds e (nothing is written).
+func (w *Writer) Write(ctx context.Context, tx *sql.Tx, e Event) (string, error) {
+	q, args, id, err := w.statement(ctx, e)
+	if err != nil {
+		return "", err
+	}
+	if w.d == Postgres {
+		err := tx.QueryRowContext(ctx, q, args...).Scan(&id)
+		if errors.Is(err, sql.ErrNoRows) && len(w.l.Idempotency) > 0 {
+			return w.lookup(ctx, func(q string, args ...any) error { return tx.QueryRowContext(ctx, q, args...).Scan(&id) }, e, &id)
+		}
+		if err != nil {
+			return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
+		}
+		return id, nil
+	}
+	res, err := tx.ExecContext(ctx, q, args...)
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1062 && len(w.l.Idempotency) > 0 {
+		return w.lookup(ctx, func(q string, args ...any) error { return tx.QueryRowContext(ctx, q, args...).Scan(&id) }, e, &id)
+	}
+	if err != nil {
+		return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
+	}
+	if id == "" {
+		n, err := res.LastInsertId()
+		if err != nil {
+			return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
+		}
+		id = fmt.Sprint(n)
+	}
+	return id, nil
+}
+
+// WritePgx is Write for a pgx transaction (PostgreSQL).
+func (w *Writer) WritePgx(ctx context.Context, tx pgx.Tx, e Event) (string, error) {
+	if w.d != Postgres {
+		return "", errors.New("outbox: WritePgx needs the Postgres dialect")
+	}
+	q, args, id, err := w.statement(ctx, e)
+	if err != nil {
+		return "", err
+	}
+	err = tx.QueryRow(ctx, q, args...).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) && len(w.l.Idempotency) > 0 {
+		return w.lookup(ctx, func(q string, args ...any) error { return tx.QueryRow(ctx, q, args...).Scan(&id) }, e, &id)
+	}
+	if err != nil {
+		return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
+	}
+	return id, nil
+}
+
+func (w *Writer) lookup(_ context.Context, scan func(q string, args ...any) error, e Event, id *string) (string, error) {
+	q, args, err := w.existing(e)
+	if err != nil {
+		return "", err
+	}
+	if err := scan(q, args...); err != nil {
+		return "", fmt.Errorf("outbox: find the event already written: %w", err)
+	}
+	return *id, nil
+}
+
+// Sequence says how a table numbers a participant's events (seed 003):
+// Function allocates the participant's next number (e.g.
+// "payments.bump_participant_outbox_seq"), and the event's Columns carry
+// the participant in Participant and get the number in Column.
+type Sequence struct {
+	Function, Participant, Column string
+}
+
+// WriteSequenced writes e with its participant's next sequence number,
+// allocated in tx. An event the idempotency constraint already holds is
+// returned as it is, and no number is used up: the allocation and the
+// insert run under a savepoint that is rolled back for a duplicate (a
+// number taken and not written would be a gap the relay waits at).
+func (w *Writer) WriteSequenced(ctx context.Context, tx *sql.Tx, e Event, seq Sequence) (string, error) {
+	participant, ok := e.Columns[seq.Participant]
+	if !ok {
+		return "", fmt.Errorf("outbox: the event has no value for %s", seq.Participant)
+	}
+	if len(w.l.Idempotency) > 0 {
+		if id, found, err := w.find(ctx, tx, e); err != nil || found {
+			return id, err
+		}
+	}
+	if _, err := tx.ExecContext(ctx, "SAVEPOINT outbox_sequenced"); err != nil {
+		return "", fmt.Errorf("outbox: savepoint: %w", err)
+	}
+	ph := "$1"
+	if w.d == MySQL {
+		ph = "?"
+	}
+	var n int64
+	if err := tx.QueryRowContext(ctx, "SELECT "+quoteName(w.d, seq.Function)+"("+ph+")", participant).Scan(&n); err != nil {
+		return "", fmt.Errorf("outbox: next sequence of %v: %w", participant, err)
+	}
+	cols := maps.Clone(e.Columns)
+	cols[seq.Column] = n
+	e.Columns = cols
+	q, args, id, err := w.statement(ctx, e)
+	if err != nil {
+		return "", err
+	}
+	if w.d == Postgres {
+		err = tx.QueryRowContext(ctx, q, args...).Scan(&id)
+	} else {
+		_, err = tx.ExecContext(ctx, q, args...)
+	}
+	var me *mysql.MySQLError
+	duplicate := (w.d == Postgres && errors.Is(err, sql.ErrNoRows)) || (errors.As(err, &me) && me.Number == 1062)
+	if duplicate && len(w.l.Idempotency) > 0 {
+		// A concurrent writer of the same event committed first.
+		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT outbox_sequenced"); err != nil {
+			return "", fmt.Errorf("outbox: roll back the sequence number: %w", err)
+		}
+		id, _, err := w.find(ctx, tx, e)
+		return id, err
+	}
+	if err != nil {
+		return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
+	}
+	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT outbox_sequenced"); err != nil {
+		return "", fmt.Errorf("outbox: release savepoint: %w", err)
+	}
+	return id, nil
+}
+
+// find looks up the event the idempotency constraint holds for e.
+func (w *Writer) find(ctx context.Context, tx *sql.Tx, e Event) (string, bool, error) {
+	q, args, err := w.existing(e)
+	if err != nil {
+		return "", false, err
+	}
+	var id string
+	err = tx.QueryRowContext(ctx, q, args...).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("outbox: find the event already written: %w", err)
+	}
+	return id, true, nil
+}
+
+// payloadBytes is the payload as written.
+func payloadBytes(p any) ([]byte, error) {
+	switch v := p.(type) {
+	case nil:
+		return []byte("{}"), nil
+	case []byte:
+		return v, nil
+	case json.RawMessage:
+		return v, nil
+	case string:
+		return []byte(v), nil
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, fmt.Errorf("outbox: payload: %w", err)
+	}
+	return b, nil
+}
+
+// headers is the headers column's JSON: h, with the traceparent of ctx's
+// span when it has one and h does not.
+func headers(ctx context.Context, h map[string]string) (string, error) {
+	out := map[string]string{}
+	for k, v := range h {
+		out[k] = v
+	}
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() && out["traceparent"] == "" {
+		out["traceparent"] = fmt.Sprintf("00-%s-%s-%s", sc.TraceID(), sc.SpanID(), sc.TraceFlags())
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return "", fmt.Errorf("outbox: headers: %w", err)
+	}
+	return string(b), nil
+}
+
+func quote(d Dialect, ident string) string { return sqlident.Quote(d == MySQL, ident) }
+
+func quoteName(d Dialect, name string) string { return sqlident.QuoteName(d == MySQL, name) }
