@@ -179,29 +179,49 @@ func TestChaosKillAtEveryStep(t *testing.T) {
 		kills = 30
 	}
 	p := newProcChaos(t, "1s", 50)
-	produced := make(chan struct{}, 1)
-	p.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Observe: true, Count: -1, When: func(kmsg.Request) bool {
-		select {
-		case produced <- struct{}{}:
-		default:
-		}
-		return true
-	}})
+	procs := killAtSteps(t, p, kills, []string{"publish", "claim", "random"})
+	rep := p.finish(procs)
+	bound := kills * 3 * 50 // pipeline x batch per kill
+	t.Logf("%d kills: %s (duplicate bound %d)", kills, rep, bound)
+	if !rep.OK() || rep.Duplicates > bound {
+		t.Error(rep)
+	}
+}
+
+// killAtSteps runs the relay and SIGKILLs it kills times, at the steps in
+// turn, restarting it each time: "publish" (a produce request reached the
+// broker), "end of transaction" (an EndTxn did), "claim" (a claim's
+// transaction is open) and "random". It returns every process it started.
+func killAtSteps(t *testing.T, p *procChaos, kills int, steps []string) []*relayProcess {
+	t.Helper()
+	seen := map[kmsg.Key]chan struct{}{kmsg.Produce: make(chan struct{}, 1), kmsg.EndTxn: make(chan struct{}, 1)}
+	for key, ch := range seen {
+		p.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{key}, Observe: true, Count: -1, When: func(kmsg.Request) bool {
+			select {
+			case ch <- struct{}{}:
+			default:
+			}
+			return true
+		}})
+	}
 	proc := p.start()
 	procs := []*relayProcess{proc}
-	steps := []string{"publish", "claim", "random"}
 	for k := range kills {
 		p.flowing(fmt.Sprintf("events flowing before kill %d", k+1), 200)
 		step := steps[k%len(steps)]
 		switch step {
-		case "publish":
-			for len(produced) > 0 {
-				<-produced
+		case "publish", "end of transaction":
+			ch := seen[kmsg.Produce]
+			if step != "publish" {
+				ch = seen[kmsg.EndTxn]
+			}
+			for len(ch) > 0 {
+				<-ch
 			}
 			select {
-			case <-produced:
+			case <-ch:
 			case <-time.After(30 * time.Second):
-				t.Fatal("no produce request")
+				t.Fatalf("no %s", step)
 			}
 		case "claim":
 			waitFor(t, 30*time.Second, "a claim open", func() (bool, string) {
@@ -220,12 +240,7 @@ WHERE application_name LIKE 'outbox-relay %' AND state = 'idle in transaction'`)
 		procs = append(procs, proc)
 	}
 	p.flowing("events flowing after the last restart", 200)
-	rep := p.finish(procs)
-	bound := kills * 3 * 50 // pipeline x batch per kill
-	t.Logf("%d kills: %s (duplicate bound %d)", kills, rep, bound)
-	if !rep.OK() || rep.Duplicates > bound {
-		t.Error(rep)
-	}
+	return procs
 }
 
 // TestChaosFrozenHolder guards the fenced hand-over: the lease holder is
@@ -241,6 +256,19 @@ func TestChaosFrozenHolder(t *testing.T) {
 		freezes = 12
 	}
 	p := newProcChaos(t, "1s", 50)
+	rep := p.finish(freezeHolders(t, p, freezes))
+	t.Logf("%d freezes: %s", freezes, rep)
+	if !rep.OK() {
+		t.Error(rep)
+	}
+}
+
+// freezeHolders runs two relays and freezes the lease holder past its
+// lease freezes times (see freezeHolder), waiting each time for the
+// resumed one to find its lease lost and starting a replacement. It
+// returns every process it started.
+func freezeHolders(t *testing.T, p *procChaos, freezes int) []*relayProcess {
+	t.Helper()
 	procs := []*relayProcess{p.start(), p.start()}
 	for f := range freezes {
 		frozen := freezeHolder(t, f+1, procs, p.holderPID, p.flowing)
@@ -252,11 +280,7 @@ func TestChaosFrozenHolder(t *testing.T) {
 		})
 		procs = append(procs, p.start())
 	}
-	rep := p.finish(procs)
-	t.Logf("%d freezes: %s", freezes, rep)
-	if !rep.OK() {
-		t.Error(rep)
-	}
+	return procs
 }
 
 // freezeHolder freezes (SIGSTOP) the process of procs that holds the

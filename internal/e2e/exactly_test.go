@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -137,54 +136,7 @@ func TestChaosExactlyOnceKills(t *testing.T) {
 		kills = 32
 	}
 	p := newProcChaosExactlyOnce(t, "1s", 50)
-	produced, ending := make(chan struct{}, 1), make(chan struct{}, 1)
-	observe := func(key kmsg.Key, ch chan struct{}) {
-		p.cluster.Fault(kfake.Fault{Keys: []kmsg.Key{key}, Observe: true, Count: -1, When: func(kmsg.Request) bool {
-			select {
-			case ch <- struct{}{}:
-			default:
-			}
-			return true
-		}})
-	}
-	observe(kmsg.Produce, produced)
-	observe(kmsg.EndTxn, ending)
-	proc := p.start()
-	procs := []*relayProcess{proc}
-	steps := []string{"publish", "end of transaction", "claim", "random"}
-	for k := range kills {
-		p.flowing(fmt.Sprintf("events flowing before kill %d", k+1), 200)
-		step := steps[k%len(steps)]
-		switch step {
-		case "publish", "end of transaction":
-			ch := produced
-			if step != "publish" {
-				ch = ending
-			}
-			for len(ch) > 0 {
-				<-ch
-			}
-			select {
-			case <-ch:
-			case <-time.After(30 * time.Second):
-				t.Fatalf("no %s", step)
-			}
-		case "claim":
-			waitFor(t, 30*time.Second, "a claim open", func() (bool, string) {
-				var n int
-				_ = p.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-WHERE application_name LIKE 'outbox-relay %' AND state = 'idle in transaction'`).Scan(&n)
-				return n > 0, "none"
-			})
-		case "random":
-			time.Sleep(time.Duration(rand.N(100)) * time.Millisecond) // a random moment: the point of this step
-		}
-		proc.kill(t)
-		proc = p.start()
-		procs = append(procs, proc)
-	}
-	p.flowing("events flowing after the last restart", 200)
-	rep := p.finish(procs)
+	rep := p.finish(killAtSteps(t, p, kills, []string{"publish", "end of transaction", "claim", "random"}))
 	t.Logf("%d kills: %s", kills, rep)
 	if !rep.OK() || rep.Duplicates > 0 {
 		t.Error(rep)
@@ -202,16 +154,7 @@ func TestChaosExactlyOnceFrozenHolder(t *testing.T) {
 		freezes = 12
 	}
 	p := newProcChaosExactlyOnce(t, "1s", 50)
-	procs := []*relayProcess{p.start(), p.start()}
-	for f := range freezes {
-		frozen := freezeHolder(t, f+1, procs, p.holderPID, p.flowing)
-		waitFor(t, 30*time.Second, "the resumed holder to stop", func() (bool, string) {
-			out := frozen.out.String()
-			return strings.Contains(out, "lease lost") || strings.Contains(out, "stopping"), "not yet"
-		})
-		procs = append(procs, p.start())
-	}
-	rep := p.finish(procs)
+	rep := p.finish(freezeHolders(t, p, freezes))
 	t.Logf("%d freezes: %s", freezes, rep)
 	if !rep.OK() || rep.Duplicates > 0 {
 		t.Error(rep)
