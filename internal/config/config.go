@@ -87,6 +87,10 @@ type Sink struct {
 	// each Kafka transaction, which events it carries: a compacted topic
 	// (one partition is enough) that must exist unless auto_create_topics.
 	ProgressTopic string `yaml:"progress_topic"`
+	// TransactionTimeout is how long the broker lets an exactly-once
+	// batch's transaction stay open before it aborts it (the batch is then
+	// sent again). At most the broker's transaction.max.timeout.ms.
+	TransactionTimeout Duration `yaml:"transaction_timeout"`
 
 	// Timeout bounds one publish call to the sink, whatever its type: a
 	// call past it leaves its rows pending and opens the circuit. Default

@@ -69,6 +69,7 @@ func (s *Sink) kafkaFields() []string {
 	add(s.SASL != nil, "sasl")
 	add(s.TLS != nil, "tls")
 	add(s.ProgressTopic != "", "progress_topic")
+	add(s.TransactionTimeout != 0, "transaction_timeout")
 	add(s.MaxMessageBytes != 0, "max_message_bytes")
 	return out
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -227,5 +228,44 @@ func TestExactlyOnceDeploymentsShareTheProgressTopic(t *testing.T) {
 	}
 	if n := len(col.records()); n != 100 {
 		t.Errorf("%d records, want 50 of each deployment", n)
+	}
+}
+
+// TestExactlyOnceSlowBatchPastTransactionTimeout: a batch's commit reaches
+// the broker only after the transaction timeout, so the broker aborts the
+// transaction and fences the producer; the relay takes the source over with
+// a new producer and sends the batch again: nothing lost, nothing twice.
+func TestExactlyOnceSlowBatchPastTransactionTimeout(t *testing.T) {
+	t.Parallel()
+	const rows = 300
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, chaosTable)
+	l := eventledger.New()
+	fillChaos(t, pool, l, "orders", "k", rows, 20, 0)
+	c := kafkaCluster(t, kfake.SeedTopics(2, "orders"), kfake.SeedTopics(1, "outbox_relay_progress"))
+	var slowed atomic.Bool
+	c.ControlKey(int16(kmsg.EndTxn), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		if !req.(*kmsg.EndTxnRequest).Commit || !slowed.CompareAndSwap(false, true) { // the first batch's commit
+			return nil, nil, false
+		}
+		c.SleepControl(func() { time.Sleep(2500 * time.Millisecond) }) // past the 1s transaction timeout: the point of this fault
+		return nil, nil, false
+	})
+	col := collectCommitted(t, c.ListenAddrs(), "orders")
+	src := chaosSource(100, 2)
+	src.Delivery = config.DeliveryExactlyOnce
+	cfg := baseConfig(dsn, c.ListenAddrs(), src)
+	s := cfg.Sinks["kafka"]
+	s.TransactionTimeout = config.Duration(time.Second)
+	cfg.Sinks["kafka"] = s
+	runRelay(t, cfg)
+	rep := settle(t, pool, l, col, rows, 60*time.Second)
+	t.Logf("a batch slowed past the transaction timeout: %s", rep)
+	if !slowed.Load() {
+		t.Fatal("no produce was slowed: the scenario proves nothing")
+	}
+	if !rep.OK() || rep.Duplicates > 0 {
+		t.Error(rep)
 	}
 }

@@ -46,7 +46,10 @@ func (w *Worker) beginTxn(ctx context.Context, a *attempt) bool {
 		return false
 	}
 	if err := w.o.Txn.Begin(ctx); err != nil {
+		// The producer is unusable (fenced, failed): a new one's takeover.
 		w.holdAll(a, err)
+		a.f.unknown = true
+		w.log.Error("Kafka transaction could not begin; stopping to recover", "err", err)
 		return false
 	}
 	return true

@@ -54,7 +54,10 @@ func TransactionalID(prefix, shard string) string { return prefix + shard }
 // NewShard connects the shard's transactional producer; shard is the key
 // of its progress records, unique among the relays sharing progressTopic.
 func NewShard(cfg config.Sink, transactionalID, shard, progressTopic string, opts ...Option) (*Shard, error) {
-	txnTimeout := max(cfg.Timeout.D()+10*time.Second, 60*time.Second)
+	txnTimeout := cfg.TransactionTimeout.D()
+	if txnTimeout <= 0 {
+		txnTimeout = max(cfg.Timeout.D()+10*time.Second, 60*time.Second)
+	}
 	opts = append(opts, transactional(transactionalID, txnTimeout))
 	p, err := New(cfg, opts...)
 	if err != nil {
@@ -196,10 +199,10 @@ func (s *Shard) Commit(ctx context.Context, ids []string, failed bool) (uint64, 
 		try, perr = kgo.TryAbort, err
 	}
 	if err := s.client.EndTransaction(ctx, try); err != nil {
-		if try == kgo.TryCommit {
-			return 0, fmt.Errorf("exactly-once: commit: %w: %w", sink.ErrTxnUnknown, err)
-		}
-		return 0, fmt.Errorf("exactly-once: end transaction: %w: %w", ErrAborted, err)
+		// A commit may have happened; an abort that failed leaves the
+		// producer unusable (fenced, its transaction timed out): either
+		// way only a new producer's takeover can tell and go on.
+		return 0, fmt.Errorf("exactly-once: end transaction: %w: %w", sink.ErrTxnUnknown, err)
 	}
 	if try == kgo.TryAbort {
 		if perr != nil {
