@@ -10,6 +10,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/sink/kafka"
 )
 
+// exactlyOnceLanes is how many transactional producers a source uses in
+// turn: a batch's transaction runs while the previous one commits.
+const exactlyOnceLanes = 2
+
 // exactlyOnce builds the workers of a source with delivery exactly_once:
 // each lease term gets a transactional producer of its own, whose id is
 // the source's, so that its takeover fences the previous holder's; before
@@ -22,18 +26,18 @@ func (a *App) exactlyOnce(s *Source, opts relay.Options) func() *relay.Worker {
 	log := a.log.With("source", s.Name, "sink", s.Config.Sink)
 	return func() *relay.Worker {
 		o := opts
-		// The progress record's key is the transactional id: two
+		// Each lane's progress key is its transactional id: two
 		// deployments (relay schemas) with a source of the same name share
 		// a progress topic without reading each other's progress.
-		sh, err := kafka.NewShard(sc, txnID, txnID, topic, kafka.WithLogger(log), kafka.WithKgoOpts(a.kgoOpts...))
+		sh, err := kafka.NewLanes(sc, txnID, topic, exactlyOnceLanes, kafka.WithLogger(log), kafka.WithKgoOpts(a.kgoOpts...))
 		if err != nil {
 			o.Recover = func(context.Context) error { return fmt.Errorf("exactly-once producer: %w", err) }
 			return relay.NewWorker(o)
 		}
-		o.Sink, o.Txn = sh, sh
+		o.Sink, o.Txn = sh.Publisher(), sh
 		o.Routes = append([]relay.Route(nil), opts.Routes...)
 		for i := range o.Routes {
-			o.Routes[i].Sink = sh
+			o.Routes[i].Sink = sh.Publisher()
 		}
 		o.Recover = func(ctx context.Context) error {
 			ids, err := sh.Recover(ctx)

@@ -61,6 +61,9 @@ type attempt struct {
 	results []order.Result
 	at      []time.Time // a row's own time to wait (sink unavailable, fence)
 	keys    []string    // order keys; all "" with ordering off
+	// via, when set, publishes every message of the batch (its
+	// transaction's producer, delivery exactly_once).
+	via sink.Publisher
 }
 
 func (w *Worker) publish(ctx context.Context, f *inflight) {
@@ -181,7 +184,12 @@ func (w *Worker) send(ctx context.Context, a *attempt, idx []int) {
 	if len(batch) == 0 {
 		return
 	}
-	res := w.publishTo(ctx, batch, tgt)
+	var res []error
+	if a.via != nil {
+		res = a.via.Publish(ctx, batch)
+	} else {
+		res = w.publishTo(ctx, batch, tgt)
+	}
 	for j, i := range sent {
 		err := res[j]
 		a.errs[i] = err

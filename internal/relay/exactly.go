@@ -11,28 +11,41 @@ import (
 )
 
 // Transactor publishes each batch of a source in one transaction of its
-// sink, with the source's progress (delivery exactly_once): Begin before
-// the batch's first message, Commit with the ids of the rows it delivered
-// (failed aborts it instead), Confirm once the database has marked them.
+// sink, with the source's progress (delivery exactly_once). It has Lanes
+// producers, each with one transaction at a time; batches take them in
+// turn. Begin opens a lane's transaction before the batch's first message
+// and returns the publisher of its messages; Commit ends it with the ids of
+// the rows it delivered (failed aborts it instead); Confirm says the
+// database has marked them.
 type Transactor interface {
-	Begin(ctx context.Context) error
-	Commit(ctx context.Context, ids []string, failed bool) (uint64, error)
-	Confirm(n uint64)
+	Lanes() int
+	Begin(ctx context.Context, lane int) (sink.Publisher, error)
+	Commit(ctx context.Context, lane int, ids []string, failed bool) (uint64, error)
+	Confirm(lane int, n uint64)
 	Close(ctx context.Context) error
 }
 
-// txnTurn orders the batches' transactions as the batches were claimed:
-// one at a time, and a batch waits for the one claimed before it.
+// txnTurn is a batch's place among the transactions: its lane, taken in
+// claim order, and the lane's previous transaction, which it waits for.
 type txnTurn struct {
-	prev <-chan struct{} // closed when the previous batch's transaction ended
+	lane int
+	prev <-chan struct{} // closed when the lane's previous transaction ended
 	done chan struct{}   // closed when this batch's ended
 }
 
 // nextTurn takes the next place in the transactions' order (the claim
 // loop calls it, in claim order).
 func (w *Worker) nextTurn() *txnTurn {
-	t := &txnTurn{prev: w.lastTxn, done: make(chan struct{})}
-	w.lastTxn = t.done
+	if w.lastTxn == nil {
+		w.lastTxn = make([]<-chan struct{}, w.o.Txn.Lanes())
+		for i := range w.lastTxn {
+			w.lastTxn[i] = closedChan()
+		}
+	}
+	lane := int(w.turns % uint64(len(w.lastTxn)))
+	w.turns++
+	t := &txnTurn{lane: lane, prev: w.lastTxn[lane], done: make(chan struct{})}
+	w.lastTxn[lane] = t.done
 	return t
 }
 
@@ -45,13 +58,15 @@ func (w *Worker) beginTxn(ctx context.Context, a *attempt) bool {
 		w.holdAll(a, ctx.Err())
 		return false
 	}
-	if err := w.o.Txn.Begin(ctx); err != nil {
+	via, err := w.o.Txn.Begin(ctx, a.f.turn.lane)
+	if err != nil {
 		// The producer is unusable (fenced, failed): a new one's takeover.
 		w.holdAll(a, err)
 		a.f.unknown = true
 		w.log.Error("Kafka transaction could not begin; stopping to recover", "err", err)
 		return false
 	}
+	a.via = via
 	return true
 }
 
@@ -70,7 +85,7 @@ func (w *Worker) commitTxn(ctx context.Context, a *attempt) {
 			failed = true
 		}
 	}
-	n, err := w.o.Txn.Commit(ctx, ids, failed)
+	n, err := w.o.Txn.Commit(ctx, a.f.turn.lane, ids, failed)
 	if err == nil {
 		a.f.txn = n
 		return

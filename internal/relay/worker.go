@@ -97,9 +97,10 @@ type Worker struct {
 	receipts bool
 	// freed is signalled when a batch completes.
 	freed chan struct{}
-	// lastTxn is closed when the latest claimed batch's transaction ends
-	// (delivery exactly_once).
-	lastTxn <-chan struct{}
+	// lastTxn, per lane, is closed when the lane's latest batch's
+	// transaction ends (delivery exactly_once); turns counts the batches.
+	lastTxn []<-chan struct{}
+	turns   uint64
 }
 
 // NewWorker checks opts and builds a worker.
@@ -124,7 +125,6 @@ func NewWorker(o Options) *Worker {
 	return &Worker{
 		receipts: ok && rt.TakesReceipts(),
 		freed:    make(chan struct{}, 1),
-		lastTxn:  closedChan(),
 		o:        o,
 		log:      o.Logger.With("source", o.Name),
 		targets:  newTargets(o),

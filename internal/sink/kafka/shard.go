@@ -227,3 +227,71 @@ func (s *Shard) Confirm(n uint64) {
 }
 
 var _ sink.Publisher = (*Shard)(nil)
+
+// Lanes are a shard's transactional producers, used in turn by its
+// batches, so that one batch's transaction can run while the previous one
+// commits (a producer has one transaction at a time). Each has its own
+// transactional id and progress key (the shard's with "-0", "-1"...).
+type Lanes struct {
+	lanes []*Shard
+}
+
+// NewLanes connects n producers for shard.
+func NewLanes(cfg config.Sink, transactionalID, progressTopic string, n int, opts ...Option) (*Lanes, error) {
+	l := &Lanes{}
+	for i := range max(n, 1) {
+		id := fmt.Sprintf("%s-%d", transactionalID, i)
+		s, err := NewShard(cfg, id, id, progressTopic, opts...)
+		if err != nil {
+			l.Close(context.Background())
+			return nil, err
+		}
+		l.lanes = append(l.lanes, s)
+	}
+	return l, nil
+}
+
+// Lanes is how many producers there are.
+func (l *Lanes) Lanes() int { return len(l.lanes) }
+
+// Publisher is a publisher of the shard, for what every lane shares
+// (the largest message).
+func (l *Lanes) Publisher() sink.Publisher { return l.lanes[0] }
+
+// Recover takes every lane over (see Shard.Recover) and returns the ids
+// their progress records name.
+func (l *Lanes) Recover(ctx context.Context) ([]string, error) {
+	var ids []string
+	for _, s := range l.lanes {
+		got, err := s.Recover(ctx)
+		if err != nil {
+			return nil, err
+		}
+		ids = append(ids, got...)
+	}
+	return ids, nil
+}
+
+// Begin opens lane's transaction and returns the publisher of its
+// messages.
+func (l *Lanes) Begin(ctx context.Context, lane int) (sink.Publisher, error) {
+	s := l.lanes[lane]
+	return s, s.Begin(ctx)
+}
+
+// Commit ends lane's transaction (see Shard.Commit).
+func (l *Lanes) Commit(ctx context.Context, lane int, ids []string, failed bool) (uint64, error) {
+	return l.lanes[lane].Commit(ctx, ids, failed)
+}
+
+// Confirm says lane's transaction n is marked in the database.
+func (l *Lanes) Confirm(lane int, n uint64) { l.lanes[lane].Confirm(n) }
+
+// Close closes every producer.
+func (l *Lanes) Close(ctx context.Context) error {
+	var errs []error
+	for _, s := range l.lanes {
+		errs = append(errs, s.Close(ctx))
+	}
+	return errors.Join(errs...)
+}
