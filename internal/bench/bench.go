@@ -55,6 +55,10 @@ type Options struct {
 	// Deliveries are the delivery modes drain measures (at_least_once,
 	// exactly_once); default at_least_once.
 	Deliveries []string
+	// Repeat runs each drain this many times, the modes interleaved, so
+	// that the spread between runs shows beside the difference between
+	// modes. Default 1.
+	Repeat int
 	Brokers    []string // empty: the in-memory broker, in a child process
 	// InProcessBroker runs the in-memory broker inside this process instead
 	// (its CPU and memory then count as the relay's).
@@ -206,15 +210,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			if len(deliveries) == 0 {
 				deliveries = []string{config.DeliveryAtLeastOnce}
 			}
-			for _, delivery := range deliveries {
-				od := o
-				od.Deliveries = []string{delivery}
-				r, err := drain(ctx, pool, dsn, od, k, layout, ordering)
-				o.RelayProfile = nil // one profile per file: the first relay run
-				if err != nil {
-					return rep, err
+			for range max(o.Repeat, 1) {
+				for _, delivery := range deliveries {
+					od := o
+					od.Deliveries = []string{delivery}
+					r, err := drain(ctx, pool, dsn, od, k, layout, ordering)
+					o.RelayProfile = nil // one profile per file: the first relay run
+					if err != nil {
+						return rep, err
+					}
+					rep.Drain = append(rep.Drain, r)
 				}
-				rep.Drain = append(rep.Drain, r)
 			}
 		}
 	}

@@ -120,6 +120,7 @@ participant strict order, so a claim takes one payment per participant.`,
 	f.StringSliceVar(&o.Brokers, "brokers", nil, "a real Kafka cluster (topic \"bench\" must exist)")
 	f.StringVar(&layout, "layout", "both", "delete, mark, both, or queue (seed 003's payment queue, drain only)")
 	f.StringVar(&ordering, "ordering", "both", "on, off or both")
+	f.IntVar(&o.Repeat, "repeat", 1, "drain: run each measurement this many times, interleaved")
 	f.StringVar(&delivery, "delivery", "at_least_once", "drain to Kafka: at_least_once, exactly_once or both (Kafka transactions)")
 	f.StringVar(&jsonPath, "json", "", "also write the results as JSON to this file")
 	f.IntSliceVar(&o.Rates, "rates", []int{1000, 2500, 5000, 10000, 20000, 40000}, "steady: rates to try, in events/s, until one is not sustainable")
