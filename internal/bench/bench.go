@@ -58,8 +58,8 @@ type Options struct {
 	// Repeat runs each drain this many times, the modes interleaved, so
 	// that the spread between runs shows beside the difference between
 	// modes. Default 1.
-	Repeat int
-	Brokers    []string // empty: the in-memory broker, in a child process
+	Repeat  int
+	Brokers []string // empty: the in-memory broker, in a child process
 	// InProcessBroker runs the in-memory broker inside this process instead
 	// (its CPU and memory then count as the relay's).
 	InProcessBroker bool
