@@ -37,6 +37,17 @@ func chaosSource(batch, pipeline int) config.Source {
 			State: config.State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at"}}}}
 }
 
+// chaosBacklog is a new database whose chaosTable holds rows committed
+// rows over keys k0..k99 for topic orders, recorded in a new ledger.
+func chaosBacklog(t *testing.T, rows int) (string, *pgxpool.Pool, *eventledger.Ledger) {
+	t.Helper()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, chaosTable)
+	l := eventledger.New()
+	fillChaos(t, pool, l, "orders", "k", rows, 100, 0)
+	return dsn, pool, l
+}
+
 // fillChaos commits rows over keys prefix0..prefix<keys-1> (one statement
 // per 500 rows) to topic and records them in the ledger.
 func fillChaos(t *testing.T, pool *pgxpool.Pool, l *eventledger.Ledger, topic, prefix string, rows, keys, from int) {
@@ -123,10 +134,7 @@ func TestChaosAmbiguousAcks(t *testing.T) {
 	if chaosFull() {
 		rows, faults = 30000, 200
 	}
-	dsn, pool := pgtest.NewDB(t)
-	pgtest.Exec(t, pool, chaosTable)
-	l := eventledger.New()
-	fillChaos(t, pool, l, "orders", "k", rows, 100, 0)
+	dsn, pool, l := chaosBacklog(t, rows)
 	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
 	// Every fifth produce request is applied, then answered with an error.
 	var n int
@@ -246,10 +254,7 @@ func TestChaosDatabaseCut(t *testing.T) {
 	if chaosFull() {
 		rows, cuts = 40000, 60
 	}
-	dsn, pool := pgtest.NewDB(t)
-	pgtest.Exec(t, pool, chaosTable)
-	l := eventledger.New()
-	fillChaos(t, pool, l, "orders", "k", rows, 100, 0)
+	dsn, pool, l := chaosBacklog(t, rows)
 	host := strings.TrimPrefix(strings.SplitN(strings.SplitN(dsn, "@", 2)[1], "/", 2)[0], "")
 	proxy := sinktest.NewProxy(t, host)
 	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))

@@ -172,10 +172,7 @@ func TestChaosExactlyOnceAmbiguousAcks(t *testing.T) {
 	if chaosFull() {
 		rows, faults = 30000, 60
 	}
-	dsn, pool := pgtest.NewDB(t)
-	pgtest.Exec(t, pool, chaosTable)
-	l := eventledger.New()
-	fillChaos(t, pool, l, "orders", "k", rows, 100, 0)
+	dsn, pool, l := chaosBacklog(t, rows)
 	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"), kfake.SeedTopics(1, "outbox_relay_progress"))
 	var np, ne int
 	produce := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.RequestTimedOut, Count: faults,
