@@ -73,6 +73,9 @@ func TestConsumerKilledAndRestarted(t *testing.T) {
 					_, err := tx.ExecContext(ctx, "INSERT INTO effects (event_id) VALUES ($1)", inbox.EventID(r))
 					return err
 				})
+				if ctx.Err() != nil {
+					return ctx.Err() // killed mid-transaction: whatever the driver said
+				}
 				if err != nil {
 					return err
 				}
@@ -82,6 +85,9 @@ func TestConsumerKilledAndRestarted(t *testing.T) {
 				done = append(done, r)
 			}
 			if err := cl.CommitRecords(ctx, done...); err != nil {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
 				return err
 			}
 		}

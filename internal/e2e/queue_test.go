@@ -269,8 +269,8 @@ func TestQueueReaperAfterSIGKILL(t *testing.T) {
 	}
 	// The reaper's bound: the timeout plus one interval, from the claim
 	// (the clocks of the database and this test agree: same machine).
-	if late := again.At.Sub(claimed); late > 3*time.Second+time.Second+time.Second {
-		t.Errorf("dispatched again %s after its claim, want within the timeout (3s) plus one interval (1s), give or take a second", late)
+	if late := again.At.Sub(claimed); late > 3*time.Second+time.Second+2*time.Second {
+		t.Errorf("dispatched again %s after its claim, want within the timeout (3s) plus one interval (1s), give or take two seconds (a loaded machine)", late)
 	}
 	if !slices.Equal(order, []string{"1#1", "1#2", "2#1"}) && !slices.Equal(order, []string{"1#2", "2#1", "1#1"}) {
 		t.Errorf("the rail answered %v, want the held first payment, its dispatch again, then the second", order)
