@@ -227,7 +227,7 @@ func (w *Writer) Write(ctx context.Context, tx *sql.Tx, e Event) (string, error)
 	if w.d == Postgres {
 		err := tx.QueryRowContext(ctx, q, args...).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) && len(w.l.Idempotency) > 0 {
-			return w.lookup(ctx, func(q string, args ...any) error { return tx.QueryRowContext(ctx, q, args...).Scan(&id) }, e, &id)
+			return w.existingID(sqlScan(ctx, tx), e)
 		}
 		if err != nil {
 			return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
@@ -237,7 +237,7 @@ func (w *Writer) Write(ctx context.Context, tx *sql.Tx, e Event) (string, error)
 	res, err := tx.ExecContext(ctx, q, args...)
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == 1062 && len(w.l.Idempotency) > 0 {
-		return w.lookup(ctx, func(q string, args ...any) error { return tx.QueryRowContext(ctx, q, args...).Scan(&id) }, e, &id)
+		return w.existingID(sqlScan(ctx, tx), e)
 	}
 	if err != nil {
 		return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
@@ -263,23 +263,12 @@ func (w *Writer) WritePgx(ctx context.Context, tx pgx.Tx, e Event) (string, erro
 	}
 	err = tx.QueryRow(ctx, q, args...).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) && len(w.l.Idempotency) > 0 {
-		return w.lookup(ctx, func(q string, args ...any) error { return tx.QueryRow(ctx, q, args...).Scan(&id) }, e, &id)
+		return w.existingID(pgxScan(ctx, tx), e)
 	}
 	if err != nil {
 		return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
 	}
 	return id, nil
-}
-
-func (w *Writer) lookup(_ context.Context, scan func(q string, args ...any) error, e Event, id *string) (string, error) {
-	q, args, err := w.existing(e)
-	if err != nil {
-		return "", err
-	}
-	if err := scan(q, args...); err != nil {
-		return "", fmt.Errorf("outbox: find the event already written: %w", err)
-	}
-	return *id, nil
 }
 
 // Sequence says how a table numbers a participant's events (seed 003):
@@ -301,7 +290,7 @@ func (w *Writer) WriteSequenced(ctx context.Context, tx *sql.Tx, e Event, seq Se
 		return "", fmt.Errorf("outbox: the event has no value for %s", seq.Participant)
 	}
 	if len(w.l.Idempotency) > 0 {
-		if id, found, err := w.find(ctx, tx, e); err != nil || found {
+		if id, found, err := w.find(sqlScan(ctx, tx), e); err != nil || found {
 			return id, err
 		}
 	}
@@ -335,7 +324,7 @@ func (w *Writer) WriteSequenced(ctx context.Context, tx *sql.Tx, e Event, seq Se
 		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT outbox_sequenced"); err != nil {
 			return "", fmt.Errorf("outbox: roll back the sequence number: %w", err)
 		}
-		id, _, err := w.find(ctx, tx, e)
+		id, _, err := w.find(sqlScan(ctx, tx), e)
 		return id, err
 	}
 	if err != nil {
@@ -347,21 +336,45 @@ func (w *Writer) WriteSequenced(ctx context.Context, tx *sql.Tx, e Event, seq Se
 	return id, nil
 }
 
+// scanFunc runs a query of one row and scans it into dest: a *sql.Tx's
+// or a pgx.Tx's.
+type scanFunc func(q string, args []any, dest ...any) error
+
+func sqlScan(ctx context.Context, tx *sql.Tx) scanFunc {
+	return func(q string, args []any, dest ...any) error {
+		return tx.QueryRowContext(ctx, q, args...).Scan(dest...)
+	}
+}
+
+func pgxScan(ctx context.Context, tx pgx.Tx) scanFunc {
+	return func(q string, args []any, dest ...any) error { return tx.QueryRow(ctx, q, args...).Scan(dest...) }
+}
+
 // find looks up the event the idempotency constraint holds for e.
-func (w *Writer) find(ctx context.Context, tx *sql.Tx, e Event) (string, bool, error) {
+func (w *Writer) find(scan scanFunc, e Event) (string, bool, error) {
 	q, args, err := w.existing(e)
 	if err != nil {
 		return "", false, err
 	}
 	var id string
-	err = tx.QueryRowContext(ctx, q, args...).Scan(&id)
-	if errors.Is(err, sql.ErrNoRows) {
+	err = scan(q, args, &id)
+	if errors.Is(err, sql.ErrNoRows) || errors.Is(err, pgx.ErrNoRows) {
 		return "", false, nil
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("outbox: find the event already written: %w", err)
 	}
 	return id, true, nil
+}
+
+// existingID is the id of the event the idempotency constraint holds for
+// e, which a write has just found there.
+func (w *Writer) existingID(scan scanFunc, e Event) (string, error) {
+	id, found, err := w.find(scan, e)
+	if err == nil && !found {
+		err = errors.New("outbox: the event the idempotency constraint refused is not there")
+	}
+	return id, err
 }
 
 // payloadBytes is the payload as written.

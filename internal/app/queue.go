@@ -2,8 +2,8 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -77,7 +77,7 @@ func (a *App) startQueueMaintenance(ctx context.Context, s *Source) <-chan struc
 				}
 				seen = now
 			}
-			if err := cmpErr(err, gerr); err != nil && ctx.Err() == nil {
+			if err := errors.Join(err, gerr); err != nil && ctx.Err() == nil {
 				log.Warn("queue gauges", "err", err)
 			}
 			sleepCtx(ctx, every)
@@ -87,13 +87,4 @@ func (a *App) startQueueMaintenance(ctx context.Context, s *Source) <-chan struc
 		}
 	}()
 	return done
-}
-
-// cmpErr is the first error that is not nil.
-func cmpErr(errs ...error) error {
-	i := slices.IndexFunc(errs, func(e error) bool { return e != nil })
-	if i < 0 {
-		return nil
-	}
-	return errs[i]
 }
