@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -22,10 +20,9 @@ import (
 
 // exactlyOnceConfig writes the configuration of a relay process relaying
 // chaosTable to brokers with delivery exactly_once.
-func exactlyOnceConfig(t *testing.T, dsn string, brokers []string, extra string) string {
+func exactlyOnceConfig(t *testing.T, dsn string, brokers []string) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "relay.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, `log: {level: info, format: text}
+	return writeYAML(t, fmt.Sprintf(`log: {level: info, format: text}
 admin: {listen: "off"}
 shutdown: {timeout: 5s}
 lease_ttl: 2s
@@ -42,10 +39,7 @@ sources:
     poll: {min: 10ms, max: 100ms}
     layout: {id: id, payload: payload, topic: "{topic}", key: "{k}", created_at: created_at, order_by: id,
              state: {mode: flag, flag: published, published_at: [published_at]}}
-%s`, dsn, strings.Join(brokers, ","), extra), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, dsn, strings.Join(brokers, ",")))
 }
 
 // committedByID counts, per event id, the records a read_committed
@@ -77,7 +71,7 @@ func TestExactlyOnceKillBetweenKafkaAndDatabase(t *testing.T) {
 	brokers := c.ListenAddrs()
 	col := collectCommitted(t, brokers, "orders")
 	bin := buildRelay(t)
-	cfg := exactlyOnceConfig(t, dsn, brokers, "")
+	cfg := exactlyOnceConfig(t, dsn, brokers)
 	fillOrders(t, pool, 60)
 
 	// The table locked in SHARE mode: claims (FOR UPDATE) go through, the

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -179,10 +178,9 @@ func TestQueueDispatch(t *testing.T) {
 
 // queueProcConfig writes the configuration of a relay process that
 // relays the queue to r, with a short reaper.
-func queueProcConfig(t *testing.T, dsn string, r *rail, extra string) string {
+func queueProcConfig(t *testing.T, dsn string, r *rail) string {
 	t.Helper()
-	path := filepath.Join(t.TempDir(), "relay.yaml")
-	if err := os.WriteFile(path, fmt.Appendf(nil, `log: {level: info, format: text}
+	return writeYAML(t, fmt.Sprintf(`log: {level: info, format: text}
 admin: {listen: "off"}
 shutdown: {timeout: 5s}
 lease_ttl: 2s
@@ -201,10 +199,7 @@ sources:
     max_attempts: 1000
     backoff: {initial: 20ms, max: 200ms}
     reaper: {timeout: 3s, interval: 1s}
-%s`, dsn, r.srv.URL+"/payments", extra), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
+`, dsn, r.srv.URL+"/payments"))
 }
 
 // TestQueueReaperAfterSIGKILL kills the relay while the rail holds a
@@ -223,13 +218,9 @@ func TestQueueReaperAfterSIGKILL(t *testing.T) {
 		}
 		return ok(ref(c.ID))
 	})
-	cfg := queueProcConfig(t, dsn, r, "")
+	cfg := queueProcConfig(t, dsn, r)
 	first := startRelay(t, bin, cfg)
-	waitFor(t, 20*time.Second, "the queue's tables", func() (bool, string) {
-		var ok bool
-		_ = pool.QueryRow(context.Background(), "SELECT to_regclass('payments.payment_outbox_pending') IS NOT NULL").Scan(&ok)
-		return ok, "migrate has not created them yet"
-	})
+	waitQueueTables(t, pool)
 	x, _ := enqueuePayment(t, pool, "p1", "x", payment(100))
 	y, _ := enqueuePayment(t, pool, "p1", "y", payment(200))
 	select {
@@ -368,8 +359,7 @@ func TestChaosQueueLedger(t *testing.T) {
 		accepted[c.ID] = ref
 		return answer{status: 200, body: fmt.Sprintf(`{"reference": %q, "code": "ACCP"}`, ref)}
 	})
-	cfg := filepath.Join(t.TempDir(), "relay.yaml")
-	if err := os.WriteFile(cfg, fmt.Appendf(nil, `log: {level: warn, format: text}
+	cfg := writeYAML(t, fmt.Sprintf(`log: {level: warn, format: text}
 admin: {listen: "off"}
 shutdown: {timeout: 3s}
 lease_ttl: 1500ms
@@ -391,15 +381,9 @@ sources:
     backoff: {initial: 10ms, max: 100ms}
     poll: {min: 10ms, max: 200ms, fallback: 300ms}
     reaper: {timeout: 2s, interval: 300ms}
-`, dsn, r.srv.URL+"/payments"), 0o600); err != nil {
-		t.Fatal(err)
-	}
+`, dsn, r.srv.URL+"/payments"))
 	procs := []*relayProcess{startRelay(t, bin, cfg), startRelay(t, bin, cfg)}
-	waitFor(t, 20*time.Second, "the queue's tables", func() (bool, string) {
-		var ok bool
-		_ = pool.QueryRow(context.Background(), "SELECT to_regclass('payments.payment_outbox_pending') IS NOT NULL").Scan(&ok)
-		return ok, "migrate has not created them yet"
-	})
+	waitQueueTables(t, pool)
 	// The producers: payments for random participants, a steady trickle.
 	ids := map[string]bool{}
 	var idsMu sync.Mutex
@@ -536,11 +520,7 @@ func TestQueueMaxInFlight(t *testing.T) {
 	src := queueSource(t, config.Poll{})
 	src.MaxInFlight = 2
 	runRelay(t, railConfig(dsn, r, 2*time.Second, src))
-	waitFor(t, 10*time.Second, "the queue's tables", func() (bool, string) {
-		var ok bool
-		_ = pool.QueryRow(context.Background(), "SELECT to_regclass('payments.payment_outbox_pending') IS NOT NULL").Scan(&ok)
-		return ok, "not yet"
-	})
+	waitQueueTables(t, pool)
 	for i := range 12 {
 		enqueuePayment(t, pool, fmt.Sprintf("p%d", i), fmt.Sprintf("i%d", i), payment(100))
 	}
@@ -554,4 +534,15 @@ func TestQueueMaxInFlight(t *testing.T) {
 	if peak != 2 {
 		t.Errorf("%d requests at the rail at once, want 2 (max_in_flight)", peak)
 	}
+}
+
+// waitQueueTables waits until the relay's migrations have created the
+// payment queue's tables.
+func waitQueueTables(t *testing.T, pool *pgxpool.Pool) {
+	t.Helper()
+	waitFor(t, 20*time.Second, "the queue's tables", func() (bool, string) {
+		var ok bool
+		_ = pool.QueryRow(context.Background(), "SELECT to_regclass('payments.payment_outbox_pending') IS NOT NULL").Scan(&ok)
+		return ok, "migrate has not created them yet"
+	})
 }
