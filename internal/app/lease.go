@@ -66,25 +66,31 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 	leases := a.leasesFor(s)
 	log := a.log.With("source", s.Name)
 	fence := fenceOf(s)
-	standby := false
+	standby, held := false, false
 	for ctx.Err() == nil {
 		l, err := leases.Acquire(ctx, s.Name, ttl)
 		if err != nil || l == nil {
-			if err != nil {
+			switch {
+			case err != nil:
 				log.Warn("acquire lease", "err", err)
-			} else if !standby {
+			case held:
+				// The worker stopped on its own (a fenced producer, a
+				// failed completion) and the lease is gone meanwhile.
+				log.Warn("lease lost to another replica; standing by")
+			case !standby:
 				log.Info("another replica holds this source; standing by")
 			}
-			standby = true
+			standby, held = true, false
 			sleepCtx(ctx, ttl/3)
 			continue
 		}
-		standby = false
+		standby, held = false, true
 		wctx, stop := context.WithCancel(ctx)
 		renewed := make(chan struct{})
 		go func() {
 			defer close(renewed)
-			a.renew(wctx, leases, l, ttl, stop)
+			// A loss renew reports is logged there, not again below.
+			a.renew(wctx, leases, l, ttl, func() { held = false; stop() })
 		}()
 		if l.PreviousOwner != "" {
 			log.Info("took over the source", "previous_owner", l.PreviousOwner, "term", l.Term)
@@ -160,6 +166,8 @@ func (a *App) renew(ctx context.Context, leases leaseStore, l *source.Lease, ttl
 		}
 		ok, err := leases.Renew(ctx, l, ttl)
 		switch {
+		case ctx.Err() != nil:
+			return // the worker stopped: runLeased goes on
 		case err == nil && ok:
 			last = time.Now()
 		case err == nil:
