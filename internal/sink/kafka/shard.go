@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
@@ -102,9 +104,9 @@ func (s *Shard) Recover(ctx context.Context) ([]string, error) {
 	}
 	defer cl.Close()
 	// Read up to the end each partition had when the producer id was
-	// initialised: the last records before it may be followed only by
-	// transaction markers, which a consumer never sees, so a partition is
-	// also done once a fetch brings nothing more.
+	// initialised. Transaction markers come back too (they are often the
+	// last records before the end); a partition whose last records before
+	// the end are aborted ones is done once a fetch brings nothing more.
 	var last *progress
 	for len(want) > 0 {
 		pctx, cancel := context.WithTimeout(ctx, progressQuiet)
@@ -122,7 +124,7 @@ func (s *Shard) Recover(ctx context.Context) ([]string, error) {
 			}
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := want[r.Partition]; ok && r.Offset < end && string(r.Key) == s.shard {
+			if end, ok := want[r.Partition]; ok && r.Offset < end && !r.Attrs.IsControl() && string(r.Key) == s.shard {
 				var p progress
 				if json.Unmarshal(r.Value, &p) == nil {
 					last = &p
@@ -143,14 +145,15 @@ func (s *Shard) Recover(ctx context.Context) ([]string, error) {
 // before taking the records it has for all there is.
 const progressQuiet = 500 * time.Millisecond
 
-// consumerOpts reads topic from the start, committed records only.
+// consumerOpts reads topic from the start, committed records and
+// transaction markers only.
 func consumerOpts(cfg config.Sink, topic string) ([]kgo.Opt, error) {
 	s, err := settingsFor(cfg)
 	if err != nil {
 		return nil, err
 	}
 	return append(s.connOpts, kgo.ConsumeTopics(topic), kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
-		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.FetchMaxWait(200*time.Millisecond)), nil
+		kgo.FetchIsolationLevel(kgo.ReadCommitted()), kgo.KeepControlRecords(), kgo.FetchMaxWait(200*time.Millisecond)), nil
 }
 
 // Begin opens the shard's transaction for one batch, waiting for the
@@ -258,18 +261,21 @@ func (l *Lanes) Lanes() int { return len(l.lanes) }
 // (the largest message).
 func (l *Lanes) Publisher() sink.Publisher { return l.lanes[0] }
 
-// Recover takes every lane over (see Shard.Recover) and returns the ids
-// their progress records name.
+// Recover takes every lane over at once (see Shard.Recover) and returns
+// the ids their progress records name.
 func (l *Lanes) Recover(ctx context.Context) ([]string, error) {
-	var ids []string
-	for _, s := range l.lanes {
-		got, err := s.Recover(ctx)
-		if err != nil {
-			return nil, err
-		}
-		ids = append(ids, got...)
+	got := make([][]string, len(l.lanes))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range l.lanes {
+		g.Go(func() (err error) {
+			got[i], err = s.Recover(gctx)
+			return err
+		})
 	}
-	return ids, nil
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return slices.Concat(got...), nil
 }
 
 // Begin opens lane's transaction and returns the publisher of its
