@@ -248,13 +248,17 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 	if l.BatchID.Name != "" && ordering {
 		// A row another relay claimed, within the claim timeout, holds its
 		// key: the rows after it wait until it is delivered or its claim
-		// expires (then it is claimed here, first).
-		where = append(where, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s f WHERE %s
-    AND %s IS NOT NULL AND %s >= %s - INTERVAL %d MICROSECOND
-    AND %s = %s AND %s <> '' AND (%s, %s) < (%s, %s))`, table, pendingPredicate(l, "f"),
-			col("f", l.BatchID.Name), col("f", l.ClaimedAt.Name), now, claimTimeout.Microseconds(),
-			orderKeySQL(l, "f"), orderKeySQL(l, "o"), orderKeySQL(l, "o"),
-			col("f", l.OrderBy), col("f", l.ID.Name), col("o", l.OrderBy), col("o", l.ID.Name)))
+		// expires (then it is claimed here, first). The claimed rows are
+		// found once per claim, in a derived table (DISTINCT keeps it from
+		// being merged into the subquery): looked up row by row, the
+		// subquery walked every pending row for each row it was asked
+		// about, and a claim of 1,000 over 20,000 pending rows took 12 s.
+		where = append(where, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM (SELECT DISTINCT %s AS k, %s AS ob, %s AS id
+      FROM %s f WHERE %s AND %s IS NOT NULL AND %s >= %s - INTERVAL %d MICROSECOND) h
+    WHERE h.k = %s AND h.k <> '' AND (h.ob, h.id) < (%s, %s))`,
+			orderKeySQL(l, "f"), col("f", l.OrderBy), col("f", l.ID.Name),
+			table, pendingPredicate(l, "f"), col("f", l.BatchID.Name), col("f", l.ClaimedAt.Name), now, claimTimeout.Microseconds(),
+			orderKeySQL(l, "o"), col("o", l.OrderBy), col("o", l.ID.Name)))
 	}
 	if ordering {
 		// A key is held while a row of it backs off; rows without a key
