@@ -206,25 +206,40 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			continue
 		}
 		for _, ordering := range o.Orderings {
-			deliveries := o.Deliveries
-			if len(deliveries) == 0 {
-				deliveries = []string{config.DeliveryAtLeastOnce}
-			}
-			for range max(o.Repeat, 1) {
-				for _, delivery := range deliveries {
-					od := o
-					od.Deliveries = []string{delivery}
-					r, err := drain(ctx, pool, dsn, od, k, layout, ordering)
-					o.RelayProfile = nil // one profile per file: the first relay run
-					if err != nil {
-						return rep, err
-					}
+			err := eachDelivery(&o, func(od Options) error {
+				r, err := drain(ctx, pool, dsn, od, k, layout, ordering)
+				if err == nil {
 					rep.Drain = append(rep.Drain, r)
 				}
+				return err
+			})
+			if err != nil {
+				return rep, err
 			}
 		}
 	}
 	return rep, nil
+}
+
+// eachDelivery runs a drain once per delivery mode, the modes interleaved,
+// o.Repeat times; od asks for one mode. Only the first run profiles.
+func eachDelivery(o *Options, run func(od Options) error) error {
+	deliveries := o.Deliveries
+	if len(deliveries) == 0 {
+		deliveries = []string{config.DeliveryAtLeastOnce}
+	}
+	for range max(o.Repeat, 1) {
+		for _, delivery := range deliveries {
+			od := *o
+			od.Deliveries = []string{delivery}
+			err := run(od)
+			o.RelayProfile = nil // one profile per file: the first relay run
+			if err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // newKafkaEnv starts the run's Kafka cluster as o asks (none when the sink

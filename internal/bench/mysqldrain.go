@@ -39,12 +39,16 @@ func runMySQL(ctx context.Context, o Options) (*Report, error) {
 	}
 	for _, layout := range o.Layouts {
 		for _, ordering := range o.Orderings {
-			res, err := drainMySQL(ctx, r, o, k, layout, ordering)
-			o.RelayProfile = nil // one profile per file: the first relay run
+			err := eachDelivery(&o, func(od Options) error {
+				res, err := drainMySQL(ctx, r, od, k, layout, ordering)
+				if err == nil {
+					rep.Drain = append(rep.Drain, res)
+				}
+				return err
+			})
 			if err != nil {
 				return rep, err
 			}
-			rep.Drain = append(rep.Drain, res)
 		}
 	}
 	return rep, nil
@@ -54,7 +58,7 @@ func runMySQL(ctx context.Context, o Options) (*Report, error) {
 // drain does on PostgreSQL.
 func drainMySQL(ctx context.Context, r *myRun, o Options, k kafkaEnv, layout string, ordering bool) (Result, error) {
 	t := newMyTable(layout)
-	res := Result{Workload: "drain", Driver: "mysql", Layout: layout, Ordering: ordering, Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
+	res := Result{Workload: "drain", Driver: "mysql", Layout: layout, Ordering: ordering, Delivery: firstOr(o.Deliveries, config.DeliveryAtLeastOnce), Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if err := t.create(ctx, r.db); err != nil {
 		return res, err
 	}
@@ -169,6 +173,9 @@ func openMyRelay(ctx context.Context, r *myRun, tg *target, o Options, t myTable
 		Databases:   map[string]config.Database{"bench": {Driver: "mysql", DSN: r.relayDSN, MaxConns: o.Pipeline + 4}},
 		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
 		Sources:     []config.Source{t.source(r.name, tg.topic, o.BatchSize, o.Pipeline, ordering)},
+	}
+	if len(o.Deliveries) > 0 {
+		cfg.Sources[0].Delivery = o.Deliveries[0]
 	}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
