@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -157,9 +158,11 @@ func TestChaosExactlyOnceFrozenHolder(t *testing.T) {
 }
 
 // TestChaosExactlyOnceAmbiguousAcks: the broker applies produce requests
-// and transaction commits and answers them with an error; the relay does
-// not know whether a batch committed, holds it, and its takeover reads the
-// progress record: a read_committed consumer sees every event once.
+// and answers them with an error; it applies transaction commits, loses
+// their answers and refuses the client's retry of each with an error; it
+// refuses other commits outright. The relay does not know whether a batch
+// committed, holds it, and its takeover reads the progress record: a
+// read_committed consumer sees every event once.
 func TestChaosExactlyOnceAmbiguousAcks(t *testing.T) {
 	t.Parallel()
 	rows, faults := 3000, 6
@@ -167,21 +170,40 @@ func TestChaosExactlyOnceAmbiguousAcks(t *testing.T) {
 		rows, faults = 30000, 60
 	}
 	dsn, pool, l := chaosBacklog(t, rows)
-	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"), kfake.SeedTopics(1, "outbox_relay_progress"))
+	var c *kfake.Cluster
+	var nc atomic.Int64
+	var mu sync.Mutex
+	var retries []*kfake.FaultHandle
+	lost := &commitCutter{
+		cut: func() bool { n := nc.Add(1); return n%4 == 0 && n <= int64(4*faults) },
+		after: func(txnID string) {
+			h := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, TxnID: txnID, Err: kerr.RequestTimedOut})
+			mu.Lock()
+			retries = append(retries, h)
+			mu.Unlock()
+		},
+	}
+	c = kafkaCluster(t, kfake.SeedTopics(4, "orders"), kfake.SeedTopics(1, "outbox_relay_progress"), lost.listen())
 	var np, ne int
 	produce := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: "orders", Err: kerr.RequestTimedOut, Count: faults,
 		When: func(kmsg.Request) bool { np++; return np%5 == 0 }})
-	commit := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut, Count: faults,
-		When: func(kmsg.Request) bool { ne++; return ne%3 == 0 }})
+	refused := c.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.EndTxn}, Err: kerr.RequestTimedOut, Count: faults,
+		When: func(kmsg.Request) bool { ne++; return ne%7 == 0 }})
 	col := collectCommitted(t, c.ListenAddrs(), "orders")
 	src := chaosSource(100, 2)
 	src.Delivery = config.DeliveryExactlyOnce
 	runRelay(t, baseConfig(dsn, c.ListenAddrs(), src))
 	rep := settle(t, pool, l, col, rows, 90*time.Second)
-	t.Logf("%d rows; %d produce requests and %d commits answered with an error after being applied: %s",
-		rows, produce.Hits(), commit.Hits(), rep)
-	if commit.Hits() == 0 {
-		t.Fatal("no commit was answered with an error: the scenario proves nothing")
+	var retried int
+	mu.Lock()
+	defer mu.Unlock()
+	for _, h := range retries {
+		retried += h.Hits()
+	}
+	t.Logf("%d rows; %d produce requests answered with an error after being applied; %d commits applied, their answers lost and %d retries refused; %d commits refused: %s",
+		rows, produce.Hits(), lost.cuts.Load(), retried, refused.Hits(), rep)
+	if retried == 0 {
+		t.Fatal("no applied commit was answered with an error: the scenario proves nothing")
 	}
 	if !rep.OK() || rep.Duplicates != 0 {
 		t.Error(rep)
