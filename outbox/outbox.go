@@ -224,32 +224,43 @@ func (w *Writer) Write(ctx context.Context, tx *sql.Tx, e Event) (string, error)
 	if err != nil {
 		return "", err
 	}
+	id, dup, err := w.insert(ctx, tx, q, args, id)
+	if dup {
+		return w.existingID(sqlScan(ctx, tx), e)
+	}
+	return id, err
+}
+
+// insert runs an event's insert in tx and returns the event's id (on
+// MySQL, the table's AUTO_INCREMENT value when the event has none); dup
+// says the table's idempotency constraint holds the event already.
+func (w *Writer) insert(ctx context.Context, tx *sql.Tx, q string, args []any, id string) (_ string, dup bool, _ error) {
 	if w.d == Postgres {
 		err := tx.QueryRowContext(ctx, q, args...).Scan(&id)
 		if errors.Is(err, sql.ErrNoRows) && len(w.l.Idempotency) > 0 {
-			return w.existingID(sqlScan(ctx, tx), e)
+			return "", true, nil
 		}
 		if err != nil {
-			return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
+			return "", false, fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
 		}
-		return id, nil
+		return id, false, nil
 	}
 	res, err := tx.ExecContext(ctx, q, args...)
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == 1062 && len(w.l.Idempotency) > 0 {
-		return w.existingID(sqlScan(ctx, tx), e)
+		return "", true, nil
 	}
 	if err != nil {
-		return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
+		return "", false, fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
 	}
 	if id == "" {
 		n, err := res.LastInsertId()
 		if err != nil {
-			return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
+			return "", false, fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
 		}
 		id = fmt.Sprint(n)
 	}
-	return id, nil
+	return id, false, nil
 }
 
 // WritePgx is Write for a pgx transaction (PostgreSQL).
@@ -312,23 +323,16 @@ func (w *Writer) WriteSequenced(ctx context.Context, tx *sql.Tx, e Event, seq Se
 	if err != nil {
 		return "", err
 	}
-	if w.d == Postgres {
-		err = tx.QueryRowContext(ctx, q, args...).Scan(&id)
-	} else {
-		_, err = tx.ExecContext(ctx, q, args...)
-	}
-	var me *mysql.MySQLError
-	duplicate := (w.d == Postgres && errors.Is(err, sql.ErrNoRows)) || (errors.As(err, &me) && me.Number == 1062)
-	if duplicate && len(w.l.Idempotency) > 0 {
+	id, dup, err := w.insert(ctx, tx, q, args, id)
+	if dup {
 		// A concurrent writer of the same event committed first.
 		if _, err := tx.ExecContext(ctx, "ROLLBACK TO SAVEPOINT outbox_sequenced"); err != nil {
 			return "", fmt.Errorf("outbox: roll back the sequence number: %w", err)
 		}
-		id, _, err := w.find(sqlScan(ctx, tx), e)
-		return id, err
+		return w.existingID(sqlScan(ctx, tx), e)
 	}
 	if err != nil {
-		return "", fmt.Errorf("outbox: write to %s: %w", w.l.Table, err)
+		return "", err
 	}
 	if _, err := tx.ExecContext(ctx, "RELEASE SAVEPOINT outbox_sequenced"); err != nil {
 		return "", fmt.Errorf("outbox: release savepoint: %w", err)
@@ -352,9 +356,21 @@ func pgxScan(ctx context.Context, tx pgx.Tx) scanFunc {
 
 // find looks up the event the idempotency constraint holds for e.
 func (w *Writer) find(scan scanFunc, e Event) (string, bool, error) {
+	return w.lookup(scan, e, false)
+}
+
+// lookup is find; latest reads the latest committed row, which a MySQL
+// transaction's snapshot (REPEATABLE READ) may predate: a locking read,
+// for a row a duplicate key error has just shown is there (a locking read
+// of a row that is not there would lock the gap, and two writers of one
+// event would deadlock on their inserts).
+func (w *Writer) lookup(scan scanFunc, e Event, latest bool) (string, bool, error) {
 	q, args, err := w.existing(e)
 	if err != nil {
 		return "", false, err
+	}
+	if latest && w.d == MySQL {
+		q += " LOCK IN SHARE MODE"
 	}
 	var id string
 	err = scan(q, args, &id)
@@ -370,7 +386,7 @@ func (w *Writer) find(scan scanFunc, e Event) (string, bool, error) {
 // existingID is the id of the event the idempotency constraint holds for
 // e, which a write has just found there.
 func (w *Writer) existingID(scan scanFunc, e Event) (string, error) {
-	id, found, err := w.find(scan, e)
+	id, found, err := w.lookup(scan, e, true)
 	if err == nil && !found {
 		err = errors.New("outbox: the event the idempotency constraint refused is not there")
 	}
