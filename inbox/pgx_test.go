@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/inbox"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -17,18 +16,10 @@ import (
 // delivery.
 func TestProcessPgx(t *testing.T) {
 	ctx := context.Background()
-	dsn, drop, err := pgtest.TempDatabase(`CREATE TABLE processed_events (event_id UUID PRIMARY KEY, consumer_group VARCHAR(100) NOT NULL,
+	_, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, `CREATE TABLE processed_events (event_id UUID PRIMARY KEY, consumer_group VARCHAR(100) NOT NULL,
   processed_at TIMESTAMPTZ NOT NULL DEFAULT NOW(), expires_at TIMESTAMPTZ NOT NULL DEFAULT (NOW() + INTERVAL '24 hours'));
 CREATE TABLE effects (event_id UUID NOT NULL)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(drop)
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
 	in := inbox.New(inbox.Postgres, inbox.Seed001, "wallet", 0)
 	const id = "0190f5a2-7c1e-7b3a-9d4e-2f6a8b0c1d2e"
 	failing := errors.New("the consumer's work failed")

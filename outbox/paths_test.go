@@ -9,7 +9,6 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
@@ -62,21 +61,13 @@ func TestWriteMariaDB(t *testing.T) {
 // UUIDv7 id returned.
 func TestWritePgx(t *testing.T) {
 	ctx := context.Background()
-	dsn, drop, err := pgtest.TempDatabase(`CREATE TABLE outbox (id UUID PRIMARY KEY, topic TEXT NOT NULL, key TEXT NOT NULL, payload JSONB NOT NULL)`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(drop)
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	_, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, `CREATE TABLE outbox (id UUID PRIMARY KEY, topic TEXT NOT NULL, key TEXT NOT NULL, payload JSONB NOT NULL)`)
 	l := outbox.Presets["delete"]
 	l.GenerateID = true
 	w := outbox.New(outbox.Postgres, l)
 	var id string
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) (err error) {
 		id, err = w.WritePgx(ctx, tx, outbox.Event{Topic: "orders", Key: "k1", Payload: []byte(`{"n": 1}`)})
 		return err
 	})
@@ -95,19 +86,11 @@ func TestWritePgx(t *testing.T) {
 // that order.
 func TestCreatedAtInWriteOrder(t *testing.T) {
 	ctx := context.Background()
-	dsn, drop, err := pgtest.TempDatabase(fixtures.Seed001)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(drop)
-	pool, err := pgxpool.New(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
+	_, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
 	w := outbox.New(outbox.Postgres, outbox.Presets["seed001"])
 	var ids []string
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for i := range 20 {
 			id, err := w.WritePgx(ctx, tx, outbox.Event{Type: "order.placed", AggregateType: "Order",
 				AggregateID: "9b2e3c1a-5f4d-4c2b-8a7e-1d2c3b4a5f60", Topic: "orders", Payload: map[string]int{"n": i}})
