@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -16,7 +17,9 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	eventledger "github.com/outbox-relay/outbox-relay/internal/ledger"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
 	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
 
@@ -144,4 +147,61 @@ VALUES ('Order', $1, $2, jsonb_build_object('k', $1::text, 'n', $3::int))`, key,
 func circuitState(t *testing.T, a *app.App, sinkName string) float64 {
 	t.Helper()
 	return gathered(t, a, "outbox_relay_sink_circuit_state", "sink", sinkName)
+}
+
+// TestSinkDownChargesNoAttempt guards the classification of a sink that is
+// down: a RabbitMQ sink whose every connection is closed at once (the
+// server is not there) is tried again and again, its circuit opening and
+// probing, and its rows are neither charged an attempt nor dead-lettered,
+// even with a budget of two attempts; once the server answers they all
+// arrive, in order per key. (Connection failures used to be charged like a
+// message's own failure: a long outage dead-lettered the head of every
+// key.)
+func TestSinkDownChargesNoAttempt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, chaosTable)
+	rabbit := newRabbitQueue(t, "down")
+	door := newBlackHole(t, strings.TrimSuffix(strings.TrimPrefix(rabbit.url, "amqp://guest:guest@"), "/"))
+	door.slamming.Store(true)
+	c := kafkaCluster(t, kfake.SeedTopics(1, "orders"))
+	src := chaosSource(20, 2)
+	src.MaxAttempts = 2
+	src.Backoff = config.Backoff{Initial: config.Duration(20 * time.Millisecond), Max: config.Duration(50 * time.Millisecond)}
+	src.Routes = []config.Route{{Name: "rabbit", Column: "topic", Values: []string{"down.events"}, Sink: "rabbit"}}
+	cfg := baseConfig(dsn, c.ListenAddrs(), src)
+	cfg.Sinks["rabbit"] = config.Sink{Type: "rabbitmq", Timeout: config.Duration(2 * time.Second),
+		Circuit:  config.Circuit{Failures: 2, Cooldown: config.Duration(20 * time.Millisecond), MaxCooldown: config.Duration(50 * time.Millisecond)},
+		RabbitMQ: &rabbitmq.Config{URL: "amqp://guest:guest@" + door.addr() + "/", Exchange: rabbit.exchange}}
+	cfg.ApplyDefaults()
+	l := eventledger.New()
+	fillChaos(t, pool, l, "down.events", "r", 40, 4, 0)
+	runApp(t, cfg)
+	// Enough tries for every row to have spent its budget of two many
+	// times over, were the failures charged.
+	waitFor(t, 30*time.Second, "the relay trying the down server", func() (bool, string) {
+		n := door.slammed.Load()
+		return n >= 30, fmt.Sprint(n, " connections")
+	})
+	var dead, charged int
+	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_relay.failed_events),
+  (SELECT count(*) FROM outbox_relay.retry_state WHERE attempts > 0)`).Scan(&dead, &charged); err != nil {
+		t.Fatal(err)
+	}
+	if dead != 0 || charged != 0 {
+		t.Fatalf("while RabbitMQ was down: %d dead letters, %d rows charged an attempt; want none", dead, charged)
+	}
+	door.slamming.Store(false)
+	waitFor(t, 30*time.Second, "every row delivered once RabbitMQ is there", func() (bool, string) {
+		var pending int
+		_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE NOT published").Scan(&pending)
+		return pending == 0, fmt.Sprint(pending, " pending")
+	})
+	for _, d := range rabbit.read(t) {
+		l.Deliver(d.id)
+	}
+	if rep := l.Check(nil); !rep.OK() {
+		t.Error(rep)
+	}
 }

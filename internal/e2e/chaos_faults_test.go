@@ -8,9 +8,11 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -273,12 +275,16 @@ func TestChaosDatabaseCut(t *testing.T) {
 // blackHole forwards TCP to upstream until swallow is called: from then on
 // it reads what either side sends and holds it, answering nothing and
 // closing nothing, until release, which forwards what it held and goes on.
+// While slamming, it closes every new connection at once instead (a server
+// that is down) and counts them.
 type blackHole struct {
 	ln       net.Listener
 	upstream string
 	mu       sync.Mutex
 	holding  bool
 	released chan struct{}
+	slamming atomic.Bool
+	slammed  atomic.Int64
 }
 
 func newBlackHole(t *testing.T, upstream string) *blackHole {
@@ -293,6 +299,11 @@ func newBlackHole(t *testing.T, upstream string) *blackHole {
 			cl, err := ln.Accept()
 			if err != nil {
 				return
+			}
+			if b.slamming.Load() {
+				_ = cl.Close()
+				b.slammed.Add(1)
+				continue
 			}
 			sv, err := net.Dial("tcp", upstream)
 			if err != nil {
@@ -439,7 +450,13 @@ RETURNING id::text, k, created_at`, map[string]string{"orders": "k", "bh.events"
 		t.Fatal(err)
 	}
 	if dead != 0 || charged != 0 {
-		t.Errorf("while RabbitMQ was black-holed: %d dead letters, %d rows charged an attempt; want none", dead, charged)
+		var why []string
+		rows, err := pool.Query(ctx, `SELECT event_id || ': ' || last_error FROM outbox_relay.retry_state WHERE attempts > 0
+UNION ALL SELECT original_event_id || ': ' || failure_reason FROM outbox_relay.failed_events`)
+		if err == nil {
+			why, _ = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		t.Errorf("while RabbitMQ was black-holed: %d dead letters, %d rows charged an attempt; want none: %s", dead, charged, strings.Join(why, "; "))
 	}
 	hole.release()
 	waitFor(t, 60*time.Second, "RabbitMQ's events once the connection passes bytes", func() (bool, string) {

@@ -165,9 +165,12 @@ func TestChaosExactlyOnceFrozenHolder(t *testing.T) {
 // read_committed consumer sees every event once.
 func TestChaosExactlyOnceAmbiguousAcks(t *testing.T) {
 	t.Parallel()
-	rows, faults := 3000, 6
+	// Every fault stops the source and takes it over again, and the rows
+	// of the batch it hit wait out their hold (a second by default): the
+	// full size's 180 faults take minutes.
+	rows, faults, within := 3000, 6, 90*time.Second
 	if chaosFull() {
-		rows, faults = 30000, 60
+		rows, faults, within = 30000, 60, 6*time.Minute
 	}
 	dsn, pool, l := chaosBacklog(t, rows)
 	var c *kfake.Cluster
@@ -193,7 +196,7 @@ func TestChaosExactlyOnceAmbiguousAcks(t *testing.T) {
 	src := chaosSource(100, 2)
 	src.Delivery = config.DeliveryExactlyOnce
 	runRelay(t, baseConfig(dsn, c.ListenAddrs(), src))
-	rep := settle(t, pool, l, col, rows, 90*time.Second)
+	rep := settle(t, pool, l, col, rows, within)
 	var retried int
 	mu.Lock()
 	defer mu.Unlock()

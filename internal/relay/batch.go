@@ -191,19 +191,30 @@ func (w *Worker) send(ctx context.Context, a *attempt, idx []int) {
 		res = w.publishTo(ctx, batch, tgt)
 	}
 	for j, i := range sent {
-		err := res[j]
-		a.errs[i] = err
-		switch until, unavailable := sink.IsUnavailable(err); {
-		case err == nil:
-			a.results[i] = order.OK
-		case unavailable:
-			a.results[i], a.at[i] = order.Unavailable, until
-		case sink.IsTerminal(err):
-			a.results[i] = order.Terminal
-		default:
-			a.results[i] = order.Failed
-		}
+		a.errs[i] = res[j]
+		a.results[i], a.at[i] = resultOf(res[j])
 	}
+}
+
+// resultOf is what a sink's answer for one message means for its row, and
+// until when an unavailable sink holds it (zero: the least hold). A failure
+// of the sink rather than of the message (unavailable: its circuit is open
+// or the call passed its deadline; down: it could not be reached, or refuses
+// the relay) charges no attempt, so that an outage, however long, sends no
+// row to the dead-letter table.
+func resultOf(err error) (order.Result, time.Time) {
+	until, unavailable := sink.IsUnavailable(err)
+	switch {
+	case err == nil:
+		return order.OK, time.Time{}
+	case unavailable:
+		return order.Unavailable, until
+	case sink.IsDown(err):
+		return order.Unavailable, time.Time{}
+	case sink.IsTerminal(err):
+		return order.Terminal, time.Time{}
+	}
+	return order.Failed, time.Time{}
 }
 
 // decide turns the results into the batch's outcome: the order book's

@@ -70,14 +70,7 @@ func runDecide(t *testing.T, ordering bool, maxAttempts int, steps []step) (*inf
 		default:
 			a.msgs[i] = &sink.Message{ID: f.rows[i].ID}
 			a.errs[i] = s.err
-			switch {
-			case s.err == nil:
-				a.results[i] = order.OK
-			case sink.IsTerminal(s.err):
-				a.results[i] = order.Terminal
-			default:
-				a.results[i] = order.Failed
-			}
+			a.results[i], a.at[i] = resultOf(s.err)
 		}
 	}
 	before := time.Now()
@@ -343,6 +336,25 @@ func TestDecideUnavailableSinkHoldsUncharged(t *testing.T) {
 	if !f.held["A"].Equal(until) {
 		t.Errorf("key A held until %v, want %v", f.held["A"], until)
 	}
+}
+
+func TestDecideSinkDownChargesNothing(t *testing.T) {
+	// The sink could not be reached: not the messages' fault. Even rows at
+	// the end of their budget are held, not charged nor dead-lettered;
+	// a message's own failure beside them is charged as ever.
+	down := sink.Down(fmt.Errorf("connect: %w", errBroker))
+	steps := []step{
+		0: {key: "A", attempts: 4, err: down},
+		1: {key: "A", err: down},
+		2: {key: "B", attempts: 9, maxAttempts: 10, err: fmt.Errorf("publish: %w", down)},
+		3: {key: "C", err: errBroker},
+	}
+	f, before, after := runDecide(t, true, 5, steps)
+	checkDecide(t, f, decideWant{
+		retry:    []retryView{{3, 1, errBroker.Error()}},
+		deferred: []int{0, 1, 2},
+	})
+	checkRetryAt(t, f, before, after)
 }
 
 func TestDecideAllPublished(t *testing.T) {

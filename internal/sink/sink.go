@@ -7,6 +7,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"syscall"
 	"time"
 )
 
@@ -94,6 +96,47 @@ func Terminal(err error) error {
 func IsTerminal(err error) bool {
 	var t *TerminalError
 	return errors.As(err, &t)
+}
+
+// DownError marks a failure of the sink rather than of the message: the
+// destination could not be reached (no connection, refused, a handshake that
+// failed, a connection lost before the answer) or refuses the relay itself
+// (its credentials). Every message would fail alike, so none is charged an
+// attempt: the sink's circuit turns such a failure into an UnavailableError
+// and the rows wait, however long the outage, instead of spending their retry
+// budget and ending in the dead-letter table.
+type DownError struct {
+	Err error
+}
+
+func (e *DownError) Error() string { return e.Err.Error() }
+func (e *DownError) Unwrap() error { return e.Err }
+
+// Down wraps err as a failure of the sink. A terminal error stays terminal.
+func Down(err error) error {
+	if err == nil || IsTerminal(err) || IsDown(err) {
+		return err
+	}
+	return &DownError{Err: err}
+}
+
+// IsDown reports whether err (or anything it wraps) is a failure of the sink.
+func IsDown(err error) bool {
+	var d *DownError
+	return errors.As(err, &d)
+}
+
+// IsConnectError reports whether err is a failure to open a connection: a
+// dial that was refused, timed out or found no route, a name that did not
+// resolve. Nothing was sent, so the message is not at fault.
+func IsConnectError(err error) bool {
+	if _, ok := errors.AsType[*net.DNSError](err); ok {
+		return true
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH)
 }
 
 // OrderKey is what orders m among the messages of a call: its partition key,

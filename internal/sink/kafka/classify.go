@@ -88,14 +88,36 @@ func classify(err error) class {
 	return badRecord // MESSAGE_TOO_LARGE, RECORD_LIST_TOO_LARGE, INVALID_RECORD, ...
 }
 
+// down reports whether err is a failure of the cluster or of the relay's
+// access to it rather than of the message: the record could not be
+// produced within the delivery timeout (no broker reachable, no leader), no
+// connection could be made, or the cluster refuses the relay's credentials.
+// A topic of its own (unknown, not authorized) is the destination's
+// problem, not the cluster's: such a row spends its budget as before, so
+// that a topic name mistyped in one row does not hold its key for ever.
+func down(err error) bool {
+	switch {
+	case errors.Is(err, kerr.UnknownTopicOrPartition), errors.Is(err, kerr.UnknownTopicID),
+		errors.Is(err, kerr.TopicAuthorizationFailed):
+		return false
+	case errors.Is(err, kgo.ErrRecordTimeout), sink.IsConnectError(err),
+		errors.Is(err, kerr.ClusterAuthorizationFailed), errors.Is(err, kerr.SaslAuthenticationFailed):
+		return true
+	}
+	return false
+}
+
 // result turns a produce error into Publish's answer for the message.
 func result(topic string, err error) error {
 	if err == nil {
 		return nil
 	}
 	err = fmt.Errorf("produce to topic %q: %w", topic, err)
-	if classify(err) != retryable {
+	switch {
+	case classify(err) != retryable:
 		return sink.Terminal(err)
+	case down(err):
+		return sink.Down(err)
 	}
 	return err
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"syscall"
 	"testing"
 
 	"github.com/twmb/franz-go/pkg/kerr"
@@ -61,7 +63,34 @@ func TestResult(t *testing.T) {
 		t.Fatalf("got %q, want %q", err, want)
 	}
 	err = result("t", kgo.ErrRecordRetries)
-	if sink.IsTerminal(err) || !errors.Is(err, kgo.ErrRecordRetries) {
-		t.Fatalf("retries: got %v, terminal %v", err, sink.IsTerminal(err))
+	if sink.IsTerminal(err) || sink.IsDown(err) || !errors.Is(err, kgo.ErrRecordRetries) {
+		t.Fatalf("retries: got %v, terminal %v, down %v", err, sink.IsTerminal(err), sink.IsDown(err))
+	}
+}
+
+// TestResultDown: what says the cluster, not the message, failed charges
+// no attempt; a topic's own failure still does.
+func TestResultDown(t *testing.T) {
+	t.Parallel()
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	for _, tc := range []struct {
+		name string
+		err  error
+		down bool
+	}{
+		{"delivery timeout", kgo.ErrRecordTimeout, true},
+		{"delivery timeout after dial errors", fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, dial), true},
+		{"dial", dial, true},
+		{"cluster authorization", kerr.ClusterAuthorizationFailed, true},
+		{"SASL", kerr.SaslAuthenticationFailed, true},
+		{"delivery timeout on an unknown topic", fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, kerr.UnknownTopicOrPartition), false},
+		{"topic authorization", kerr.TopicAuthorizationFailed, false},
+		{"retries", kgo.ErrRecordRetries, false},
+		{"not enough replicas", kerr.NotEnoughReplicas, false},
+		{"invalid record", kerr.InvalidRecord, false},
+	} {
+		if got := sink.IsDown(result("t", tc.err)); got != tc.down {
+			t.Errorf("%s: down %v, want %v", tc.name, got, tc.down)
+		}
 	}
 }

@@ -115,6 +115,9 @@ func (p *Publisher) session(ctx context.Context) (*session, error) {
 	s, err := connect(ctx, &p.cfg, p.addr, p.tls)
 	if err != nil {
 		p.logger.WarnContext(ctx, "mqtt connect failed", "addr", p.addr, "err", err)
+		if ctx.Err() == nil {
+			err = sink.Down(err) // no message was sent: the server is not there, or refuses the relay
+		}
 		return nil, err
 	}
 	p.mu.Lock()

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/eclipse/paho.golang/paho"
+
+	"github.com/outbox-relay/outbox-relay/internal/sink"
 )
 
 // errConnectionLost is wrapped by the error of a message in flight when
@@ -47,7 +49,7 @@ func connect(ctx context.Context, cfg *Config, addr string, tc *tls.Config) (*se
 		ClientID:      cfg.ClientID,
 		Conn:          conn,
 		PacketTimeout: cfg.PublishTimeout,
-		OnClientError: func(err error) { end(fmt.Errorf("%w: %w", errConnectionLost, err)) },
+		OnClientError: func(err error) { end(sink.Down(fmt.Errorf("%w: %w", errConnectionLost, err))) },
 		OnServerDisconnect: func(d *paho.Disconnect) {
 			end(fmt.Errorf("%w: the server disconnected with reason code 0x%02x", errConnectionLost, d.ReasonCode))
 		},
@@ -86,7 +88,7 @@ func connect(ctx context.Context, cfg *Config, addr string, tc *tls.Config) (*se
 	}
 	go func() {
 		<-s.cli.Done()
-		end(errConnectionLost)
+		end(sink.Down(errConnectionLost))
 	}()
 	return s, nil
 }

@@ -54,14 +54,30 @@ func classify(err error) class {
 	return retryable
 }
 
+// down reports whether err is a failure of the connection rather than of
+// the message: no server could be reached, or the connection is gone or
+// being remade.
+func down(err error) bool {
+	return sink.IsConnectError(err) || errors.Is(err, natsclient.ErrNoServers) ||
+		errors.Is(err, natsclient.ErrConnectionClosed) || errors.Is(err, natsclient.ErrConnectionReconnecting) ||
+		errors.Is(err, natsclient.ErrDisconnected) || errors.Is(err, natsclient.ErrReconnectBufExceeded) ||
+		errors.Is(err, natsclient.ErrAuthorization) || errors.Is(err, natsclient.ErrAuthExpired) ||
+		// Asked before the first connection is made: the client knows no
+		// server yet, so it knows none that takes headers.
+		errors.Is(err, natsclient.ErrHeadersNotSupported)
+}
+
 // result turns a publish error into Publish's answer for a message.
 func result(subject string, err error) error {
 	if err == nil || sink.IsTerminal(err) {
 		return err
 	}
 	err = fmt.Errorf("publish to subject %q: %w", subject, err)
-	if classify(err) != retryable {
+	switch {
+	case classify(err) != retryable:
 		return sink.Terminal(err)
+	case down(err):
+		return sink.Down(err)
 	}
 	return err
 }

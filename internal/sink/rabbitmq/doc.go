@@ -38,10 +38,11 @@
 // unroutable (basic.return: no queue is bound for its routing key).
 //
 // Retryable: a nack, no confirm within ConfirmTimeout, a cancelled
-// context, a connection that cannot be made, and a channel or connection
-// closed while messages were unconfirmed (a cut, a broker restart, or a
-// channel exception such as an exchange deleted after it was checked:
-// the next call checks it again). The broker closes a channel whose
+// context, and a channel closed while messages were unconfirmed by a
+// channel exception (such as an exchange deleted after it was checked: the
+// next call checks it again). A connection that cannot be made, or a
+// connection-level close (a cut, a broker restart, missed heartbeats) is
+// the broker's failure, not the message's: sink.Down, no attempt charged. The broker closes a channel whose
 // message exceeds its max_message_size; set MaxMessageBytes at or below it
 // so that such messages are refused terminally before they are sent.
 //

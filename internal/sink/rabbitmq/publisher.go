@@ -144,7 +144,11 @@ func (p *Publisher) session(ctx context.Context) (*session, error) {
 	s, err := dial(ctx, p.uri, p.amqp, p.cfg.ConnectTimeout)
 	if err != nil {
 		p.logger.WarnContext(ctx, "rabbitmq connect failed", "err", err)
-		return nil, fmt.Errorf("connect: %w", err)
+		err = fmt.Errorf("connect: %w", err)
+		if ctx.Err() == nil {
+			err = sink.Down(err) // no message was sent: the broker is not there
+		}
+		return nil, err
 	}
 	p.mu.Lock()
 	if p.closed {

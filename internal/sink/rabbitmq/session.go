@@ -10,6 +10,8 @@ import (
 	"time"
 
 	amqp "github.com/rabbitmq/amqp091-go"
+
+	"github.com/outbox-relay/outbox-relay/internal/sink"
 )
 
 // errChannelClosed is wrapped by the error of a message whose channel
@@ -119,6 +121,11 @@ func (s *session) settle(confirms <-chan amqp.Confirmation, returns <-chan amqp.
 	err := errChannelClosed
 	if e, ok := <-closes; ok && e != nil {
 		err = fmt.Errorf("%w: %w", errChannelClosed, e)
+		if !e.Recover {
+			// A connection-level error (lost, forced closed, heartbeats
+			// missed), not a channel exception a message may have caused.
+			err = sink.Down(err)
+		}
 	}
 	s.end(err)
 }

@@ -2,15 +2,17 @@
 // describes how to reach its server and read back what arrived (a Harness);
 // Run then checks the contract of sink.Publisher against the real server:
 // one result per message, headers and ids carried, per-key order, terminal
-// versus retryable classification, and a connection cut mid-stream that
-// loses nothing and reports nothing as published that the server did not
-// confirm.
+// versus retryable classification, a connection cut mid-stream that loses
+// nothing and reports nothing as published that the server did not confirm,
+// and a server that cannot be reached reported as the sink's failure, not
+// the messages'.
 package sinktest
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +69,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("Terminal", func(t *testing.T) { testTerminal(t, h) })
 	t.Run("CancelledIsRetryable", func(t *testing.T) { testCancelled(t, h) })
 	t.Run("ConnectionCut", func(t *testing.T) { testCut(t, h) })
+	t.Run("Unreachable", func(t *testing.T) { testUnreachable(t, h) })
 }
 
 func ctxFor(t *testing.T, d time.Duration) context.Context {
@@ -397,4 +400,33 @@ func testCut(t *testing.T, h Harness) {
 		}
 	}
 	checkOrder(t, got)
+}
+
+// testUnreachable publishes to an address where nothing listens: every
+// message fails, and says the sink is down (sink.IsDown), so the engine
+// charges no attempt, however long the outage.
+func testUnreachable(t *testing.T, h Harness) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	p := newPublisher(t, h, addr)
+	dest, _ := h.Destination(t)
+	msgs := messages(dest, 2, 2)
+	first := map[string]bool{}
+	for i, err := range p.Publish(ctxFor(t, 60*time.Second), msgs) {
+		if err == nil || sink.IsTerminal(err) {
+			t.Fatalf("message %d to a server that is not there: %v; want a retryable failure", i, err)
+		}
+		// A key's later messages may fail unsent behind its first: the
+		// engine holds them whatever their error says.
+		if k := string(msgs[i].Key); !first[k] {
+			first[k] = true
+			if !sink.IsDown(err) {
+				t.Errorf("message %d to a server that is not there: %v; want a failure of the sink (down)", i, err)
+			}
+		}
+	}
 }

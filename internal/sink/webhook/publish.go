@@ -119,7 +119,12 @@ func (p *Publisher) send(ctx context.Context, m *sink.Message) error {
 				m.Receipt.Code = "TIMEOUT"
 			}
 		}
-		return fmt.Errorf("message %s: %w", m.ID, err)
+		err = fmt.Errorf("message %s: %w", m.ID, err)
+		if sink.IsConnectError(err) && ctx.Err() == nil {
+			// Nothing was sent: the receiver is not there.
+			err = sink.Down(err)
+		}
+		return err
 	}
 	defer drain(resp.Body)
 	ok := resp.StatusCode >= 200 && resp.StatusCode <= 299
