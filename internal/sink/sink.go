@@ -5,6 +5,7 @@ package sink
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -128,9 +129,13 @@ func IsDown(err error) bool {
 
 // IsConnectError reports whether err is a failure to open a connection: a
 // dial that was refused, timed out or found no route, a name that did not
-// resolve. Nothing was sent, so the message is not at fault.
+// resolve, a server certificate that does not verify. Nothing was sent, so
+// the message is not at fault.
 func IsConnectError(err error) bool {
 	if _, ok := errors.AsType[*net.DNSError](err); ok {
+		return true
+	}
+	if _, ok := errors.AsType[*tls.CertificateVerificationError](err); ok {
 		return true
 	}
 	if op, ok := errors.AsType[*net.OpError](err); ok && op.Op == "dial" {
