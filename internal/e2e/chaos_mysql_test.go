@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	eventledger "github.com/outbox-relay/outbox-relay/internal/ledger"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
@@ -186,5 +187,24 @@ sources:
 	t.Logf("MariaDB, %s, %d freezes, %d kills: %s", delivery, freezes, kills, rep)
 	if !rep.OK() || (delivery == "exactly_once" && rep.Duplicates > 0) {
 		t.Error(rep)
+		logKeyRecords(t, col.records(), rep.OutOfOrder)
+	}
+}
+
+// logKeyRecords logs, for the keys of the first out-of-order reports
+// ("k16: #130 after #131"), every record of the key: where it is, which
+// producer wrote it and when, to tell which relay sent what.
+func logKeyRecords(t *testing.T, recs []*kgo.Record, outOfOrder []string) {
+	t.Helper()
+	for _, o := range outOfOrder[:min(len(outOfOrder), 2)] {
+		key, _, _ := strings.Cut(o, ":")
+		for _, r := range recs {
+			if string(r.Key) != key {
+				continue
+			}
+			id, _ := header(r, "event_id")
+			t.Logf("%s: event %s at partition %d offset %d, producer %d epoch %d, %s", key, id, r.Partition, r.Offset,
+				r.ProducerID, r.ProducerEpoch, r.Timestamp.Format("15:04:05.000"))
+		}
 	}
 }

@@ -23,10 +23,11 @@ import (
 //
 // A batch's messages and a progress record naming the ids they carry (with
 // those of earlier transactions whose database commit is not confirmed yet)
-// commit together or not at all. A new holder of the shard calls Recover:
-// initialising the producer id fences any earlier holder and aborts its
-// open transaction; the latest committed progress record then names every
-// event that reached Kafka and that the database may not yet mark.
+// commit together or not at all. A new holder of the shard takes it over
+// (Lanes.Recover): initialising the producer id fences any earlier holder
+// and aborts its open transaction; the latest committed progress record
+// then names every event that reached Kafka and that the database may not
+// yet mark.
 type Shard struct {
 	*Publisher // publishes into the open transaction
 	admin      *kadm.Client
@@ -69,21 +70,38 @@ func NewShard(cfg config.Sink, transactionalID, shard, progressTopic string, opt
 		unconfirmed: map[uint64][]string{}}, nil
 }
 
-// Recover takes the shard over: it initialises the producer id, which
-// fences an earlier holder and ends its open transaction, then reads the
-// progress topic as read_committed consumers see it and returns the ids of
-// the latest record: events in Kafka that the database may not have
-// marked.
-func (s *Shard) Recover(ctx context.Context) ([]string, error) {
+// fence initialises the producer id: it fences any earlier holder of the
+// transactional id and ends its open transaction (aborted, its markers
+// written), so that everything the shard ever wrote is decided.
+func (s *Shard) fence(ctx context.Context) error {
 	if _, _, err := s.client.ProducerID(ctx); err != nil {
-		return nil, fmt.Errorf("exactly-once: initialise the producer of shard %s: %w", s.shard, err)
+		return fmt.Errorf("exactly-once: initialise the producer of shard %s: %w", s.shard, err)
 	}
-	ends, err := s.admin.ListCommittedOffsets(ctx, s.topic)
+	return nil
+}
+
+// readProgress reads topic as read_committed consumers see it, to the end
+// each partition has now (its high watermark), and returns the ids of the
+// latest record of each of shards. Call it once every shard is fenced: all
+// their records before the end are then decided.
+//
+// The read goes to the high watermark, not to the last stable offset that a
+// read_committed listing returns: a transaction of another producer still
+// open on the topic (another source's, or a lane not fenced yet) holds the
+// last stable offset back, and a shard's own record committed after that
+// transaction began lies beyond it; reading only that far returned an older
+// record, and the events of the newer one were sent again. Such a
+// transaction ends soon (it writes its progress just before its commit), or
+// at its transaction timeout; the read waits for it. Transaction markers
+// come back too, so a partition whose last records were aborted is also
+// read to its end.
+func readProgress(ctx context.Context, cfg config.Sink, admin *kadm.Client, topic string, shards []string) (map[string][]string, error) {
+	ends, err := admin.ListEndOffsets(ctx, topic)
 	if err != nil {
-		return nil, fmt.Errorf("exactly-once: progress topic %q: %w", s.topic, err)
+		return nil, fmt.Errorf("exactly-once: progress topic %q: %w", topic, err)
 	}
 	if err := ends.Error(); err != nil {
-		return nil, fmt.Errorf("exactly-once: progress topic %q: %w", s.topic, err)
+		return nil, fmt.Errorf("exactly-once: progress topic %q: %w", topic, err)
 	}
 	want := map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
@@ -91,10 +109,11 @@ func (s *Shard) Recover(ctx context.Context) ([]string, error) {
 			want[o.Partition] = o.Offset
 		}
 	})
+	got := map[string][]string{}
 	if len(want) == 0 {
-		return nil, nil
+		return got, nil
 	}
-	kopts, err := consumerOpts(s.cfg, s.topic)
+	kopts, err := consumerOpts(cfg, topic)
 	if err != nil {
 		return nil, err
 	}
@@ -103,47 +122,32 @@ func (s *Shard) Recover(ctx context.Context) ([]string, error) {
 		return nil, err
 	}
 	defer cl.Close()
-	// Read up to the end each partition had when the producer id was
-	// initialised. Transaction markers come back too (they are often the
-	// last records before the end); a partition whose last records before
-	// the end are aborted ones is done once a fetch brings nothing more.
-	var last *progress
 	for len(want) > 0 {
-		pctx, cancel := context.WithTimeout(ctx, progressQuiet)
-		fs := cl.PollFetches(pctx)
-		cancel()
+		fs := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("exactly-once: read progress topic %q: %w", topic, err)
 		}
-		if fs.Empty() {
-			break
-		}
-		for _, fe := range fs.Errors() {
-			if !errors.Is(fe.Err, context.DeadlineExceeded) {
-				return nil, fmt.Errorf("exactly-once: read progress topic %q: %w", s.topic, fe.Err)
-			}
+		if err := fs.Err0(); err != nil {
+			return nil, fmt.Errorf("exactly-once: read progress topic %q: %w", topic, err)
 		}
 		fs.EachRecord(func(r *kgo.Record) {
-			if end, ok := want[r.Partition]; ok && r.Offset < end && !r.Attrs.IsControl() && string(r.Key) == s.shard {
+			end, ok := want[r.Partition]
+			if !ok {
+				return
+			}
+			if r.Offset < end && !r.Attrs.IsControl() && slices.Contains(shards, string(r.Key)) {
 				var p progress
 				if json.Unmarshal(r.Value, &p) == nil {
-					last = &p
+					got[string(r.Key)] = p.IDs
 				}
 			}
-			if end, ok := want[r.Partition]; ok && r.Offset+1 >= end {
+			if r.Offset+1 >= end {
 				delete(want, r.Partition)
 			}
 		})
 	}
-	if last == nil {
-		return nil, nil
-	}
-	return last.IDs, nil
+	return got, nil
 }
-
-// progressQuiet is how long a read of the progress topic waits for more
-// before taking the records it has for all there is.
-const progressQuiet = 500 * time.Millisecond
 
 // consumerOpts reads topic from the start, committed records and
 // transaction markers only.
@@ -261,21 +265,31 @@ func (l *Lanes) Lanes() int { return len(l.lanes) }
 // (the largest message).
 func (l *Lanes) Publisher() sink.Publisher { return l.lanes[0] }
 
-// Recover takes every lane over at once (see Shard.Recover) and returns
-// the ids their progress records name.
+// Recover takes the shard over: it fences every lane at once (see
+// Shard.fence), then reads the progress topic and returns the ids the
+// lanes' latest records name: events in Kafka that the database may not
+// have marked. Every lane is fenced before the read, so that none of the
+// shard's own transactions is still open while it runs.
 func (l *Lanes) Recover(ctx context.Context) ([]string, error) {
-	got := make([][]string, len(l.lanes))
 	g, gctx := errgroup.WithContext(ctx)
+	keys := make([]string, len(l.lanes))
 	for i, s := range l.lanes {
-		g.Go(func() (err error) {
-			got[i], err = s.Recover(gctx)
-			return err
-		})
+		keys[i] = s.shard
+		g.Go(func() error { return s.fence(gctx) })
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	return slices.Concat(got...), nil
+	s := l.lanes[0]
+	got, err := readProgress(ctx, s.cfg, s.admin, s.topic, keys)
+	if err != nil {
+		return nil, err
+	}
+	var ids []string
+	for _, k := range keys {
+		ids = append(ids, got[k]...)
+	}
+	return ids, nil
 }
 
 // Begin opens lane's transaction and returns the publisher of its
