@@ -221,14 +221,17 @@ func brokerRestartChaos(t *testing.T, delivery string) {
 		// the failures and keep the rows for later, charging none of them
 		// an attempt (the broker is down, not the messages at fault).
 		held := gathered(t, a, "outbox_relay_events_deferred_total", "source", "chaos")
-		claims := gathered(t, a, "outbox_relay_claim_batches_total", "source", "chaos")
-		waitFor(t, 30*time.Second, "the relay to hold rows while the broker is down", func() (bool, string) {
+		claims, since := gathered(t, a, "outbox_relay_claim_batches_total", "source", "chaos"), time.Now()
+		waitFor(t, 60*time.Second, "the relay to hold rows while the broker is down", func() (bool, string) {
 			n := gathered(t, a, "outbox_relay_events_deferred_total", "source", "chaos")
 			if delivery == config.DeliveryExactlyOnce {
-				// Or to stop claiming: a commit without an answer stops
-				// the source until its takeover reaches the broker.
-				return n > held || gathered(t, a, "outbox_relay_claim_batches_total", "source", "chaos") == claims,
-					fmt.Sprintf("%v held", n)
+				// Or to stop claiming: a transaction without an answer
+				// stops the source until its takeover reaches the broker
+				// (no claim for a second).
+				if c := gathered(t, a, "outbox_relay_claim_batches_total", "source", "chaos"); c != claims {
+					claims, since = c, time.Now()
+				}
+				return n > held || time.Since(since) > time.Second, fmt.Sprintf("%v held, %v claims", n, claims)
 			}
 			return n > held, fmt.Sprintf("%v held", n)
 		})
