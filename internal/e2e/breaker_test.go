@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
@@ -104,11 +105,7 @@ VALUES ('Order', $1, $2, jsonb_build_object('k', $1::text, 'n', $3::int))`, key,
 	if s := circuitState(t, a, "hook"); s == 0 {
 		t.Error("the stalled webhook's circuit is closed")
 	}
-	var dead, charged int
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_relay.failed_events),
-  (SELECT count(*) FROM outbox_relay.retry_state WHERE attempts > 0)`).Scan(&dead, &charged); err != nil {
-		t.Fatal(err)
-	}
+	dead, charged := deadAndCharged(t, pool)
 	if dead != 0 || charged != 0 {
 		t.Errorf("while the webhook stalled: %d dead letters, %d rows charged an attempt; want none", dead, charged)
 	}
@@ -144,6 +141,17 @@ VALUES ('Order', $1, $2, jsonb_build_object('k', $1::text, 'n', $3::int))`, key,
 }
 
 // circuitState reads the sink's circuit gauge.
+// deadAndCharged counts the dead letters, and the rows charged an attempt
+// that are still pending.
+func deadAndCharged(t *testing.T, pool *pgxpool.Pool) (dead, charged int) {
+	t.Helper()
+	if err := pool.QueryRow(context.Background(), `SELECT (SELECT count(*) FROM outbox_relay.failed_events),
+  (SELECT count(*) FROM outbox_relay.retry_state WHERE attempts > 0)`).Scan(&dead, &charged); err != nil {
+		t.Fatal(err)
+	}
+	return dead, charged
+}
+
 func circuitState(t *testing.T, a *app.App, sinkName string) float64 {
 	t.Helper()
 	return gathered(t, a, "outbox_relay_sink_circuit_state", "sink", sinkName)
@@ -184,11 +192,7 @@ func TestSinkDownChargesNoAttempt(t *testing.T) {
 		n := door.slammed.Load()
 		return n >= 30, fmt.Sprint(n, " connections")
 	})
-	var dead, charged int
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_relay.failed_events),
-  (SELECT count(*) FROM outbox_relay.retry_state WHERE attempts > 0)`).Scan(&dead, &charged); err != nil {
-		t.Fatal(err)
-	}
+	dead, charged := deadAndCharged(t, pool)
 	if dead != 0 || charged != 0 {
 		t.Fatalf("while RabbitMQ was down: %d dead letters, %d rows charged an attempt; want none", dead, charged)
 	}

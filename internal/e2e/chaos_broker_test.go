@@ -420,11 +420,7 @@ VALUES ($1 || ($2::int % $3::int)::text, $4, jsonb_build_object('n', $2::int)) R
 	q := func(f float64) time.Duration {
 		return lat[min(len(lat)-1, int(f*float64(len(lat))))].Round(time.Millisecond)
 	}
-	var dead, charged int
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_relay.failed_events),
-  (SELECT count(*) FROM outbox_relay.retry_state WHERE attempts > 0)`).Scan(&dead, &charged); err != nil {
-		t.Fatal(err)
-	}
+	dead, charged := deadAndCharged(t, pool)
 	during := len(stream.read(t)) - stored
 	t.Logf("NATS black-holed for %v: %d Kafka events (%d not arrived), latency p50 %v p99 %v max %v; %d NATS rows waiting, circuit state %v, %d stored meanwhile",
 		hold, len(lat), missing, q(0.5), q(0.99), lat[len(lat)-1].Round(time.Millisecond), natsRows-10, state, during)

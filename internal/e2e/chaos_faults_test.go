@@ -235,11 +235,7 @@ func brokerRestartChaos(t *testing.T, delivery string) {
 			}
 			return n > held, fmt.Sprintf("%v held", n)
 		})
-		var charged int
-		if err := pool.QueryRow(context.Background(), "SELECT count(*) FROM outbox_relay.retry_state WHERE attempts > 0").Scan(&charged); err != nil {
-			t.Fatal(err)
-		}
-		if charged != 0 {
+		if _, charged := deadAndCharged(t, pool); charged != 0 {
 			t.Errorf("restart %d: %d rows charged an attempt while the broker was down; want none", i, charged)
 		}
 		c = start()
@@ -458,11 +454,7 @@ RETURNING id::text, k, created_at`, map[string]string{"orders": "k", "bh.events"
 	if p(0.99) > time.Second {
 		t.Errorf("Kafka p99 %v while RabbitMQ is black-holed, want under 1s", p(0.99))
 	}
-	var dead, charged int
-	if err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM outbox_relay.failed_events),
-  (SELECT count(*) FROM outbox_relay.retry_state WHERE attempts > 0)`).Scan(&dead, &charged); err != nil {
-		t.Fatal(err)
-	}
+	dead, charged := deadAndCharged(t, pool)
 	if dead != 0 || charged != 0 {
 		var why []string
 		rows, err := pool.Query(ctx, `SELECT event_id || ': ' || last_error FROM outbox_relay.retry_state WHERE attempts > 0
