@@ -42,9 +42,10 @@
 // channel exception (such as an exchange deleted after it was checked: the
 // next call checks it again). A connection that cannot be made, or a
 // connection-level close (a cut, a broker restart, missed heartbeats) is
-// the broker's failure, not the message's: sink.Down, no attempt charged. The broker closes a channel whose
-// message exceeds its max_message_size; set MaxMessageBytes at or below it
-// so that such messages are refused terminally before they are sent.
+// the broker's failure, not the message's: sink.Down, no attempt charged.
+// The broker closes a channel whose message exceeds its max_message_size;
+// set MaxMessageBytes at or below it so that such messages are refused
+// terminally before they are sent.
 //
 // # Connections
 //
