@@ -21,6 +21,8 @@ type leaseStore interface {
 	// left (or ctx ends); what it may not end it waits for, saying so
 	// through warn.
 	EndOwner(ctx context.Context, owner, table string, warn func(error)) error
+	// Ended records that the holder of l ended every owner of l.Unended.
+	Ended(ctx context.Context, l *source.Lease) error
 }
 
 // fenceOf returns the fence of the source's store: its batches complete only
@@ -94,6 +96,8 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 		}()
 		if l.PreviousOwner != "" {
 			log.Info("took over the source", "previous_owner", l.PreviousOwner, "term", l.Term)
+		}
+		if len(l.Unended) > 0 {
 			a.endPrevious(wctx, s, leases, l, log)
 		}
 		if wctx.Err() == nil {
@@ -125,19 +129,31 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 	}
 }
 
-// endPrevious ends the previous holder's claims and, on MySQL, waits until
-// the rows they held are free; it returns when that is done or ctx ended
-// (the lease was lost meanwhile, or the process is stopping).
+// endPrevious ends the claims of every earlier holder that may still have
+// some open (the previous one, and any it had not ended itself before it
+// lost the lease) and, on MySQL, waits until the rows they held are free;
+// then it records them ended. It returns when that is done or ctx ended
+// (the lease was lost meanwhile, or the process is stopping): the next
+// holder then ends them.
 func (a *App) endPrevious(ctx context.Context, s *Source, leases leaseStore, l *source.Lease, log *slog.Logger) {
 	warn := func(err error) { log.Warn("previous owner's claims", "err", err) }
-	for {
-		err := leases.EndOwner(ctx, l.PreviousOwner, s.TableName(), warn)
-		if err == nil || ctx.Err() != nil {
-			break
+	for _, owner := range l.Unended {
+		for {
+			err := leases.EndOwner(ctx, owner, s.TableName(), warn)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			warn(err)
+			sleepCtx(ctx, time.Second)
 		}
-		warn(err)
-		sleepCtx(ctx, time.Second)
 	}
+	defer func() {
+		if ctx.Err() == nil {
+			if err := leases.Ended(ctx, l); err != nil {
+				warn(err)
+			}
+		}
+	}()
 	if st, ok := s.Store.(settler); ok {
 		// The rows the previous owner's batches may still hold are the
 		// first few batches' worth of pending rows.

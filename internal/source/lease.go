@@ -2,6 +2,8 @@ package source
 
 import (
 	"errors"
+	"slices"
+	"strings"
 	"sync/atomic"
 )
 
@@ -13,7 +15,37 @@ type Lease struct {
 	Owner         string
 	Term          int64
 	PreviousOwner string // who held it before, when it changed hands
+	// Unended are the owners whose claims may still be open: the previous
+	// one and any earlier one that a previous owner did not end before it
+	// lost the lease in turn. The new owner ends them all, then calls the
+	// store's Ended.
+	Unended []string
 }
+
+// maxUnended bounds the owners a lease remembers as not ended.
+const maxUnended = 16
+
+// NextUnended is the list a lease taken over from prev, whose list was
+// unended, passes to its new owner: prev and every owner of unended, but not
+// owner itself (its own claims of an earlier term ended with its worker),
+// each once, the most recent last, at most maxUnended.
+func NextUnended(unended []string, prev, owner string) []string {
+	var out []string
+	for _, o := range append(append([]string(nil), unended...), prev) {
+		if o == "" || o == owner || slices.Contains(out, o) {
+			continue
+		}
+		out = append(out, o)
+	}
+	return out[max(0, len(out)-maxUnended):]
+}
+
+// JoinOwners and SplitOwners store an owner list in one column (owners
+// never contain a space).
+func JoinOwners(owners []string) string { return strings.Join(owners, " ") }
+
+// SplitOwners reads what JoinOwners wrote.
+func SplitOwners(s string) []string { return strings.Fields(s) }
 
 // ErrLeaseLost is returned by Batch.Complete when the lease under which the
 // batch was claimed is no longer held by its owner with the same term:

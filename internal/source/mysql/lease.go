@@ -146,13 +146,13 @@ func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration) (
 	}
 	defer func() { _ = tx.Rollback() }()
 	var (
-		holder  string
-		term    int64
-		expired bool
+		holder, unended string
+		term            int64
+		expired         bool
 	)
 	expires := now + " + INTERVAL ? MICROSECOND"
-	err = tx.QueryRowContext(ctx, "SELECT owner, term, expires_at < "+now+" FROM "+l.rdb+".leases WHERE shard = ? FOR UPDATE", shard).
-		Scan(&holder, &term, &expired)
+	err = tx.QueryRowContext(ctx, "SELECT owner, term, expires_at < "+now+", unended FROM "+l.rdb+".leases WHERE shard = ? FOR UPDATE", shard).
+		Scan(&holder, &term, &expired, &unended)
 	ls := &Lease{Shard: shard, Owner: l.owner}
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
@@ -165,11 +165,12 @@ func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration) (
 	case err != nil:
 	case holder == l.owner:
 		_, err = tx.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET expires_at = "+expires+" WHERE shard = ?", ttl.Microseconds(), shard)
-		ls.Term = term
+		ls.Term, ls.Unended = term, source.SplitOwners(unended)
 	case expired:
-		_, err = tx.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET owner = ?, term = term + 1, acquired_at = "+now+
-			", expires_at = "+expires+" WHERE shard = ?", l.owner, ttl.Microseconds(), shard)
 		ls.Term, ls.PreviousOwner = term+1, holder
+		ls.Unended = source.NextUnended(source.SplitOwners(unended), holder, l.owner)
+		_, err = tx.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET owner = ?, term = term + 1, acquired_at = "+now+
+			", expires_at = "+expires+", unended = ? WHERE shard = ?", l.owner, ttl.Microseconds(), source.JoinOwners(ls.Unended), shard)
 	default:
 		return nil, nil
 	}
@@ -203,6 +204,17 @@ func (l *Leases) Renew(ctx context.Context, ls *Lease, ttl time.Duration) (bool,
 		return false, fmt.Errorf("renew lease on %s: %w", ls.Shard, err)
 	}
 	return n == 1, nil
+}
+
+// Ended says the owner of ls has ended the claims of every owner in
+// ls.Unended: the next owner need not.
+func (l *Leases) Ended(ctx context.Context, ls *Lease) error {
+	_, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET unended = '' WHERE shard = ? AND owner = ? AND term = ?",
+		ls.Shard, ls.Owner, ls.Term)
+	if err != nil {
+		return fmt.Errorf("record the previous owners' claims ended on %s: %w", ls.Shard, err)
+	}
+	return nil
 }
 
 // Release ends a lease now so that another replica can take the shard

@@ -7,6 +7,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
+	"github.com/outbox-relay/outbox-relay/internal/source/sourcetest"
 )
 
 func TestLeases(t *testing.T) {
@@ -87,4 +88,17 @@ func TestLeases(t *testing.T) {
 	if err := c.WaitForOwner(wctx, ownerA); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func TestLeaseRemembersUnendedOwners(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	sfx := mytest.Suffix()
+	owners := [3]string{"ua-" + sfx, "ub-" + sfx, "uc-" + sfx}
+	var ls [3]*mysql.Leases
+	for i, o := range owners {
+		ls[i] = mysql.NewLeases(e.open(t, mysql.ConnOptions{Owner: o}), e.relayDB, o)
+		defer ls[i].Close()
+	}
+	sourcetest.UnendedOwners(t, ls[0], ls[1], ls[2], owners)
 }

@@ -66,9 +66,12 @@ WHERE shard = $1 AND owner = $2 AND term = $3`, shard, holder, term); err != nil
 
 func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration) (*Lease, error) {
 	var (
-		term int64
-		prev *string
+		term    int64
+		prev    *string
+		unended string
 	)
+	// A change of owner adds the previous one to the owners whose claims
+	// may still be open (normalised below).
 	err := l.pool.QueryRow(ctx, `WITH prev AS (SELECT owner FROM `+l.schema+`.leases WHERE shard = $1)
 INSERT INTO `+l.schema+`.leases AS t (shard, owner, term, expires_at)
 VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')
@@ -76,9 +79,10 @@ ON CONFLICT (shard) DO UPDATE SET
   owner = excluded.owner,
   term = t.term + CASE WHEN t.owner = excluded.owner THEN 0 ELSE 1 END,
   acquired_at = CASE WHEN t.owner = excluded.owner THEN t.acquired_at ELSE now() END,
-  expires_at = excluded.expires_at
+  expires_at = excluded.expires_at,
+  unended = CASE WHEN t.owner = excluded.owner THEN t.unended ELSE t.unended || ' ' || t.owner END
 WHERE t.owner = excluded.owner OR t.expires_at < now()
-RETURNING term, (SELECT owner FROM prev)`, shard, l.owner, ttl.Milliseconds()).Scan(&term, &prev)
+RETURNING term, (SELECT owner FROM prev), unended`, shard, l.owner, ttl.Milliseconds()).Scan(&term, &prev, &unended)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -89,7 +93,25 @@ RETURNING term, (SELECT owner FROM prev)`, shard, l.owner, ttl.Milliseconds()).S
 	if prev != nil && *prev != l.owner {
 		ls.PreviousOwner = *prev
 	}
+	ls.Unended = source.NextUnended(source.SplitOwners(unended), "", l.owner)
+	if norm := source.JoinOwners(ls.Unended); norm != unended {
+		if _, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET unended = $4 WHERE shard = $1 AND owner = $2 AND term = $3`,
+			shard, l.owner, term, norm); err != nil {
+			return nil, fmt.Errorf("acquire lease on %s: %w", shard, err)
+		}
+	}
 	return ls, nil
+}
+
+// Ended says the owner of ls has ended the claims of every owner in
+// ls.Unended: the next owner need not.
+func (l *Leases) Ended(ctx context.Context, ls *Lease) error {
+	_, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET unended = '' WHERE shard = $1 AND owner = $2 AND term = $3`,
+		ls.Shard, ls.Owner, ls.Term)
+	if err != nil {
+		return fmt.Errorf("record the previous owners' claims ended on %s: %w", ls.Shard, err)
+	}
+	return nil
 }
 
 // Renew extends a lease this owner still holds with the same term; false

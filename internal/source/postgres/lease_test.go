@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/sourcetest"
 )
 
 func TestLeases(t *testing.T) {
@@ -56,4 +57,13 @@ func TestLeases(t *testing.T) {
 		t.Fatalf("c over a gone owner: %+v %v", lc, err)
 	}
 	_ = aConn.Close(ctx)
+}
+
+func TestLeaseRemembersUnendedOwners(t *testing.T) {
+	t.Parallel()
+	_, pool := migrated(t)
+	a := postgres.NewLeases(pool, relaySchema, "ua")
+	b := postgres.NewLeases(pool, relaySchema, "ub")
+	c := postgres.NewLeases(pool, relaySchema, "uc")
+	sourcetest.UnendedOwners(t, a, b, c, [3]string{"ua", "ub", "uc"})
 }
