@@ -24,7 +24,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 	}
 	defer m.Close()
 	st, err := m.Status(ctx)
-	if err != nil || len(st) != 5 || st[0].Applied {
+	if err != nil || len(st) != 6 || st[0].Applied {
 		t.Fatalf("status before up: %+v %v", st, err)
 	}
 	for round := range 2 {
@@ -70,8 +70,15 @@ func TestMigrateUpDownUp(t *testing.T) {
 		if _, err := admin.ExecContext(ctx, "INSERT INTO "+relayDB+".failed_events (original_event_id, source, source_schema, source_table, payload, failure_reason) VALUES ('1', 'a', 'app', 'outbox', 'not json', 'x')"); err == nil {
 			t.Errorf("round %d: failed_events.payload took text that is not JSON", round)
 		}
-		// One step down undoes the newest migration only: relay_state's
-		// live columns, then the leases table.
+		// One step down undoes the newest migration only: leases.unended,
+		// then relay_state's live columns, then the leases table.
+		if err := m.Down(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		var unended int
+		if err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'leases' AND COLUMN_NAME = 'unended'", relayDB).Scan(&unended); err != nil || unended != 0 {
+			t.Fatalf("round %d: leases.unended still there after one step down (%v)", round, err)
+		}
 		if err := m.Down(ctx, false); err != nil {
 			t.Fatal(err)
 		}
