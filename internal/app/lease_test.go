@@ -16,9 +16,13 @@ type endings struct {
 	marked int
 }
 
-func (e *endings) Acquire(context.Context, string, time.Duration) (*source.Lease, error) { return nil, nil }
-func (e *endings) Renew(context.Context, *source.Lease, time.Duration) (bool, error)     { return true, nil }
-func (e *endings) Release(context.Context, *source.Lease) error                          { return nil }
+func (e *endings) Acquire(context.Context, string, time.Duration) (*source.Lease, error) {
+	return nil, nil
+}
+func (e *endings) Renew(context.Context, *source.Lease, time.Duration) (bool, error) {
+	return true, nil
+}
+func (e *endings) Release(context.Context, *source.Lease) error { return nil }
 func (e *endings) EndOwner(_ context.Context, owner, _ string, _ func(error)) error {
 	e.ended = append(e.ended, owner)
 	return nil
