@@ -147,13 +147,6 @@ func (a *App) endPrevious(ctx context.Context, s *Source, leases leaseStore, l *
 			sleepCtx(ctx, time.Second)
 		}
 	}
-	defer func() {
-		if ctx.Err() == nil {
-			if err := leases.Ended(ctx, l); err != nil {
-				warn(err)
-			}
-		}
-	}()
 	if st, ok := s.Store.(settler); ok {
 		// The rows the previous owner's batches may still hold are the
 		// first few batches' worth of pending rows.
@@ -161,10 +154,16 @@ func (a *App) endPrevious(ctx context.Context, s *Source, leases leaseStore, l *
 		for ctx.Err() == nil {
 			err := st.Settle(ctx, n, a.cfg.LeaseTTL.D())
 			if err == nil {
-				return
+				break
 			}
 			warn(fmt.Errorf("rows of the previous owner still locked: %w", err))
 		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if err := leases.Ended(ctx, l); err != nil {
+		warn(err)
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -107,7 +108,7 @@ VALUES ('Order', $1, $2, jsonb_build_object('k', $1::text, 'n', $3::int))`, key,
 	}
 	dead, charged := deadAndCharged(t, pool)
 	if dead != 0 || charged != 0 {
-		t.Errorf("while the webhook stalled: %d dead letters, %d rows charged an attempt; want none", dead, charged)
+		t.Errorf("while the webhook stalled: %d dead letters, %d rows charged an attempt; want none: %s", dead, charged, whyCharged(pool))
 	}
 
 	// The webhook answers again: its rows arrive, in order per key.
@@ -152,6 +153,21 @@ func deadAndCharged(t *testing.T, pool *pgxpool.Pool) (dead, charged int) {
 	return dead, charged
 }
 
+// whyCharged is, for a failure message, each dead letter's and charged
+// row's event id with its reason.
+func whyCharged(pool *pgxpool.Pool) string {
+	rows, err := pool.Query(context.Background(), `SELECT event_id || ': ' || last_error FROM outbox_relay.retry_state WHERE attempts > 0
+UNION ALL SELECT original_event_id || ': ' || failure_reason FROM outbox_relay.failed_events`)
+	if err != nil {
+		return err.Error()
+	}
+	why, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return err.Error()
+	}
+	return strings.Join(why, "; ")
+}
+
 func circuitState(t *testing.T, a *app.App, sinkName string) float64 {
 	t.Helper()
 	return gathered(t, a, "outbox_relay_sink_circuit_state", "sink", sinkName)
@@ -194,7 +210,7 @@ func TestSinkDownChargesNoAttempt(t *testing.T) {
 	})
 	dead, charged := deadAndCharged(t, pool)
 	if dead != 0 || charged != 0 {
-		t.Fatalf("while RabbitMQ was down: %d dead letters, %d rows charged an attempt; want none", dead, charged)
+		t.Fatalf("while RabbitMQ was down: %d dead letters, %d rows charged an attempt; want none: %s", dead, charged, whyCharged(pool))
 	}
 	door.slamming.Store(false)
 	waitFor(t, 30*time.Second, "every row delivered once RabbitMQ is there", func() (bool, string) {

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
@@ -456,13 +455,7 @@ RETURNING id::text, k, created_at`, map[string]string{"orders": "k", "bh.events"
 	}
 	dead, charged := deadAndCharged(t, pool)
 	if dead != 0 || charged != 0 {
-		var why []string
-		rows, err := pool.Query(ctx, `SELECT event_id || ': ' || last_error FROM outbox_relay.retry_state WHERE attempts > 0
-UNION ALL SELECT original_event_id || ': ' || failure_reason FROM outbox_relay.failed_events`)
-		if err == nil {
-			why, _ = pgx.CollectRows(rows, pgx.RowTo[string])
-		}
-		t.Errorf("while RabbitMQ was black-holed: %d dead letters, %d rows charged an attempt; want none: %s", dead, charged, strings.Join(why, "; "))
+		t.Errorf("while RabbitMQ was black-holed: %d dead letters, %d rows charged an attempt; want none: %s", dead, charged, whyCharged(pool))
 	}
 	hole.release()
 	waitFor(t, 60*time.Second, "RabbitMQ's events once the connection passes bytes", func() (bool, string) {

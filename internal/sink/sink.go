@@ -103,9 +103,10 @@ func IsTerminal(err error) bool {
 // destination could not be reached (no connection, refused, a handshake that
 // failed, a connection lost before the answer) or refuses the relay itself
 // (its credentials). Every message would fail alike, so none is charged an
-// attempt: the sink's circuit turns such a failure into an UnavailableError
-// and the rows wait, however long the outage, instead of spending their retry
-// budget and ending in the dead-letter table.
+// attempt: the engine holds the rows as it does for an UnavailableError, and
+// they wait, however long the outage, instead of spending their retry budget
+// and ending in the dead-letter table. Such failures still count toward
+// opening the sink's circuit.
 type DownError struct {
 	Err error
 }

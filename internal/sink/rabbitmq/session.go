@@ -118,16 +118,26 @@ func (s *session) settle(confirms <-chan amqp.Confirmation, returns <-chan amqp.
 			s.onConfirm(c)
 		}
 	}
-	err := errChannelClosed
-	if e, ok := <-closes; ok && e != nil {
-		err = fmt.Errorf("%w: %w", errChannelClosed, e)
-		if !e.Recover {
-			// A connection-level error (lost, forced closed, heartbeats
-			// missed), not a channel exception a message may have caused.
-			err = sink.Down(err)
-		}
+	var e *amqp.Error
+	if c, ok := <-closes; ok {
+		e = c
 	}
-	s.end(err)
+	s.end(closeError(e))
+}
+
+// closeError is the error of the messages a channel left unconfirmed when
+// it closed with e (nil: closed by us). A connection-level error (lost,
+// forced closed, heartbeats missed) is the broker's failure (sink.Down); a
+// channel exception, which a message may have caused, is not.
+func closeError(e *amqp.Error) error {
+	if e == nil {
+		return errChannelClosed
+	}
+	err := fmt.Errorf("%w: %w", errChannelClosed, e)
+	if !e.Recover {
+		return sink.Down(err)
+	}
+	return err
 }
 
 func (s *session) drainReturns(returns <-chan amqp.Return) <-chan amqp.Return {
