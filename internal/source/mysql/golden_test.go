@@ -1,0 +1,121 @@
+package mysql
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/mytest"
+	"github.com/outbox-relay/outbox-relay/internal/source/sourcetest"
+)
+
+// goldenTables are the presets' tables as MySQL and MariaDB users make
+// them, each at a fixed name so that the golden SQL does not depend on the
+// test's database.
+var goldenTables = []struct {
+	preset, table, ddl string
+}{
+	{"delete", "outbox", fmt.Sprintf(deleteTable, "outbox")},
+	{"published-flag", "outbox", `CREATE TABLE outbox (
+  id CHAR(36) NOT NULL PRIMARY KEY,
+  aggregate_id CHAR(36) NOT NULL,
+  aggregate_type VARCHAR(100) NOT NULL,
+  event_type VARCHAR(100) NOT NULL,
+  payload JSON NOT NULL,
+  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  published_at DATETIME(6) NULL,
+  published BOOLEAN NOT NULL DEFAULT FALSE,
+  KEY idx_unpublished (published, created_at)
+)`},
+	{"status", "outbox", fmt.Sprintf(statusTable, "outbox")},
+	{"prisma", "OutboxEvent", "CREATE TABLE `OutboxEvent` (" + `
+  id VARCHAR(191) NOT NULL PRIMARY KEY,
+  ` + "`tenantId` VARCHAR(191) NOT NULL, `eventType` VARCHAR(191) NOT NULL, `aggregateType` VARCHAR(191) NOT NULL," + `
+  ` + "`aggregateId` VARCHAR(191) NOT NULL, payload JSON NOT NULL," + `
+  status ENUM('pending', 'published', 'failed') NOT NULL DEFAULT 'pending',
+  error TEXT NULL,
+  ` + "`createdAt` DATETIME(3) NOT NULL DEFAULT CURRENT_TIMESTAMP(3), `publishedAt` DATETIME(3) NULL," + `
+  ` + "KEY `OutboxEvent_status_createdAt_idx` (status, `createdAt`)" + `
+)`},
+	{"kafka-outbox", "kafka_outbox", ""},
+}
+
+// TestGoldenSQL compares the statements each preset's store runs with the
+// golden files (go test -run GoldenSQL -args -update rewrites them).
+func TestGoldenSQL(t *testing.T) {
+	t.Parallel()
+	for _, g := range goldenTables {
+		t.Run(g.preset, func(t *testing.T) {
+			t.Parallel()
+			_, dsn := mytest.NewDatabase(t, "golden")
+			db, err := Open(dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = db.Close() })
+			ctx := context.Background()
+			tbl := Table{Name: g.table}
+			if g.ddl != "" {
+				mytest.Exec(t, db, g.ddl)
+			} else if err := MigrateTable(ctx, dsn, tbl); err != nil {
+				t.Fatal(err)
+			}
+			merged, explicit, err := layout.Merge(g.preset, config.Layout{}, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			cols, err := Columns(ctx, db, tbl)
+			if err != nil {
+				t.Fatal(err)
+			}
+			l, err := layout.Resolve(merged, explicit, tbl.String(), cols)
+			if err != nil {
+				t.Fatal(err)
+			}
+			index, err := ClaimIndex(ctx, db, tbl, l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "mysql", g.preset+".sql"), goldenSQL(l, tbl, index))
+		})
+	}
+}
+
+// goldenSQL renders every statement of a store of layout l on table t.
+func goldenSQL(l *layout.Layout, tbl Table, index string) string {
+	const relayDB = "outbox_relay"
+	var f sourcetest.SQLFile
+	add := f.Add
+	for _, ordering := range []bool{true, false} {
+		s := buildStatements(l, tbl.String(), relayDB, ordering, 60*time.Second, index)
+		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
+		add("claim, "+o, s.claim)
+		if !ordering {
+			break
+		}
+		add("settle", s.settle)
+		add("acknowledge: SET", s.ackSets)
+		add("dead-letter in the table: SET", s.deadSets)
+		add("put back in the pending set (replay): SET", s.pendingValues)
+		add("gauges", s.gauges)
+		add("record stats", s.stats)
+	}
+	if sw, err := purgeSweep(l, tbl, relayDB, index, true, 3600e6); err == nil {
+		add("retention: purge find", sw.find)
+		add("retention: purge find after", sw.findAfter)
+		add("retention: purge lock", sw.lock)
+		add("retention: purge delete", strings.Join(sw.deletes, ";\n"))
+	} else {
+		add("retention: purge", "-- "+err.Error())
+	}
+	fe := failedEventsSweep(tbl, relayDB, 3600e6)
+	add("retention: dead letters find", fe.find)
+	rs := retryStateSweep(l, tbl, relayDB, "src")
+	add("retention: retry state find", rs.find)
+	return f.String()
+}

@@ -1,0 +1,113 @@
+-- claim, ordering on
+SELECT CAST(o.`id` AS CHAR CHARACTER SET utf8mb4),
+  o.`payload`,
+  NULLIF(CAST(o.`event_type` AS CHAR CHARACTER SET utf8mb4), ''),
+  NULLIF(NULLIF(CAST(o.`aggregate_id` AS CHAR CHARACTER SET utf8mb4), ''), ''),
+  NULL,
+  COALESCE(NULLIF(NULLIF(CAST(o.`aggregate_id` AS CHAR CHARACTER SET utf8mb4), ''), ''), ''),
+  NULL,
+  CAST(o.`event_type` AS CHAR CHARACTER SET utf8mb4),
+  CAST(o.`aggregate_type` AS CHAR CHARACTER SET utf8mb4),
+  CAST(o.`aggregate_id` AS CHAR CHARACTER SET utf8mb4),
+  o.`created_at`,
+  NULL,
+  COALESCE((SELECT r.attempts FROM `outbox_relay`.retry_state r WHERE r.source = ? AND r.event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin), 0),
+  UTC_TIMESTAMP(6)
+FROM `outbox` o FORCE INDEX (`PRIMARY`)
+WHERE o.`published` = FALSE
+  AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.retry_state r WHERE r.source = ? AND r.event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND r.next_attempt_at > UTC_TIMESTAMP(6))
+  AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.retry_state b WHERE b.source = ? AND b.order_key = LEFT(COALESCE(NULLIF(NULLIF(CAST(o.`aggregate_id` AS CHAR CHARACTER SET utf8mb4), ''), ''), ''), 500) COLLATE utf8mb4_bin AND b.order_key <> '' AND b.next_attempt_at > UTC_TIMESTAMP(6))
+ORDER BY o.`created_at`, o.`id`
+LIMIT ?
+FOR UPDATE SKIP LOCKED;
+
+-- settle
+SELECT 1 FROM `outbox` o FORCE INDEX (`PRIMARY`) WHERE o.`published` = FALSE ORDER BY o.`created_at`, o.`id` LIMIT ? FOR UPDATE;
+
+-- acknowledge: SET
+`published` = TRUE, `published_at` = UTC_TIMESTAMP(6);
+
+-- dead-letter in the table: SET
+`published` = TRUE;
+
+-- put back in the pending set (replay): SET
+`published` = FALSE, `published_at` = NULL;
+
+-- gauges
+SELECT COUNT(*), TIMESTAMPDIFF(MICROSECOND, MIN(o.`created_at`), UTC_TIMESTAMP(6)), (SELECT COUNT(*) FROM `outbox_relay`.failed_events WHERE source = ? AND replayed_at IS NULL)
+FROM `outbox` o WHERE o.`published` = FALSE;
+
+-- record stats
+INSERT INTO `outbox_relay`.relay_state (source, schema_name, table_name, last_poll_time, last_published_event_id,
+  total_events_published, total_events_retried, total_events_dead_lettered, pending_events, lag_seconds, created_at, updated_at,
+  owner, last_claim_at, events_per_second, sink_states)
+VALUES (?, ?, ?, COALESCE(?, UTC_TIMESTAMP(6)), NULLIF(?, ''), ?, ?, ?, ?, ?, UTC_TIMESTAMP(6), UTC_TIMESTAMP(6), NULLIF(?, ''), ?, ?, ?)
+ON DUPLICATE KEY UPDATE last_poll_time = VALUES(last_poll_time),
+  owner = VALUES(owner), last_claim_at = VALUES(last_claim_at),
+  events_per_second = VALUES(events_per_second), sink_states = VALUES(sink_states),
+  last_published_event_id = COALESCE(VALUES(last_published_event_id), last_published_event_id),
+  total_events_published = total_events_published + VALUES(total_events_published),
+  total_events_retried = total_events_retried + VALUES(total_events_retried),
+  total_events_dead_lettered = total_events_dead_lettered + VALUES(total_events_dead_lettered),
+  pending_events = VALUES(pending_events), lag_seconds = VALUES(lag_seconds), updated_at = VALUES(updated_at);
+
+-- claim, ordering off
+SELECT CAST(o.`id` AS CHAR CHARACTER SET utf8mb4),
+  o.`payload`,
+  NULLIF(CAST(o.`event_type` AS CHAR CHARACTER SET utf8mb4), ''),
+  NULLIF(NULLIF(CAST(o.`aggregate_id` AS CHAR CHARACTER SET utf8mb4), ''), ''),
+  NULL,
+  COALESCE(NULLIF(NULLIF(CAST(o.`aggregate_id` AS CHAR CHARACTER SET utf8mb4), ''), ''), ''),
+  NULL,
+  CAST(o.`event_type` AS CHAR CHARACTER SET utf8mb4),
+  CAST(o.`aggregate_type` AS CHAR CHARACTER SET utf8mb4),
+  CAST(o.`aggregate_id` AS CHAR CHARACTER SET utf8mb4),
+  o.`created_at`,
+  NULL,
+  COALESCE((SELECT r.attempts FROM `outbox_relay`.retry_state r WHERE r.source = ? AND r.event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin), 0),
+  UTC_TIMESTAMP(6)
+FROM `outbox` o FORCE INDEX (`PRIMARY`)
+WHERE o.`published` = FALSE
+  AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.retry_state r WHERE r.source = ? AND r.event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND r.next_attempt_at > UTC_TIMESTAMP(6))
+ORDER BY o.`created_at`, o.`id`
+LIMIT ?
+FOR UPDATE SKIP LOCKED;
+
+-- retention: purge find
+SELECT CAST(o.`id` AS CHAR CHARACTER SET utf8mb4), (o.`published` = TRUE AND EXISTS (SELECT 1 FROM `outbox_relay`.failed_events f WHERE f.original_event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND f.source_schema = COALESCE(DATABASE(), '') AND f.source_table = 'outbox' AND f.replayed_at IS NULL))
+FROM `outbox` o FORCE INDEX (`PRIMARY`)
+WHERE ((o.`published` = TRUE AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.failed_events f WHERE f.original_event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND f.source_schema = COALESCE(DATABASE(), '') AND f.source_table = 'outbox' AND f.replayed_at IS NULL)) OR (o.`published` = TRUE AND EXISTS (SELECT 1 FROM `outbox_relay`.failed_events f WHERE f.original_event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND f.source_schema = COALESCE(DATABASE(), '') AND f.source_table = 'outbox' AND f.replayed_at IS NULL)))
+  AND COALESCE(o.`published_at`, o.`created_at`) < (UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
+ORDER BY o.`id`
+LIMIT ?;
+
+-- retention: purge find after
+SELECT CAST(o.`id` AS CHAR CHARACTER SET utf8mb4), (o.`published` = TRUE AND EXISTS (SELECT 1 FROM `outbox_relay`.failed_events f WHERE f.original_event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND f.source_schema = COALESCE(DATABASE(), '') AND f.source_table = 'outbox' AND f.replayed_at IS NULL))
+FROM `outbox` o FORCE INDEX (`PRIMARY`)
+WHERE ((o.`published` = TRUE AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.failed_events f WHERE f.original_event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND f.source_schema = COALESCE(DATABASE(), '') AND f.source_table = 'outbox' AND f.replayed_at IS NULL)) OR (o.`published` = TRUE AND EXISTS (SELECT 1 FROM `outbox_relay`.failed_events f WHERE f.original_event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND f.source_schema = COALESCE(DATABASE(), '') AND f.source_table = 'outbox' AND f.replayed_at IS NULL)))
+  AND COALESCE(o.`published_at`, o.`created_at`) < (UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
+  AND o.`id` > ?
+ORDER BY o.`id`
+LIMIT ?;
+
+-- retention: purge lock
+SELECT CAST(o.`id` AS CHAR CHARACTER SET utf8mb4)
+FROM `outbox` o FORCE INDEX (`PRIMARY`)
+WHERE o.`published` = TRUE AND COALESCE(o.`published_at`, o.`created_at`) < (UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND) AND o.`id` IN (%s)
+FOR UPDATE SKIP LOCKED;
+
+-- retention: purge delete
+DELETE FROM `outbox` WHERE `id` = ?;
+
+-- retention: dead letters find
+SELECT CAST(f.id AS CHAR), FALSE FROM `outbox_relay`.failed_events f
+WHERE f.source_schema = COALESCE(DATABASE(), '') AND f.source_table = ? AND f.replayed_at < (UTC_TIMESTAMP(6) - INTERVAL ? MICROSECOND)
+ORDER BY f.id
+LIMIT ?;
+
+-- retention: retry state find
+SELECT r.event_id, FALSE FROM `outbox_relay`.retry_state r
+WHERE r.source = ?
+ORDER BY r.event_id
+LIMIT ?;
+

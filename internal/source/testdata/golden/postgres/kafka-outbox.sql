@@ -1,0 +1,236 @@
+-- claim, ordering on
+SELECT o."id"::text,
+  o."payload_json"::text,
+  NULLIF(o."topic"::text, ''),
+  NULLIF(NULLIF(o."key"::text, ''), ''),
+  NULLIF(o."partition_key"::text, ''),
+  COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), ''),
+  NULLIF(o."payload_headers"::text, ''),
+  NULL::text,
+  NULL::text,
+  NULL::text,
+  o."created_at"::timestamptz,
+  NULL::int,
+  COALESCE(r.attempts, o."push_attempts"::int, 0),
+  o.ctid,
+  COALESCE(r.tie, o.cmin::text::bigint),
+  r.event_id IS NOT NULL
+FROM "public"."kafka_outbox" o
+LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+WHERE o."push_completed_at" IS NULL AND o."errored" = 0
+  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+  AND (o."batch_id" IS NULL OR o."push_started_at" IS NULL OR o."push_started_at" < now() - make_interval(secs => 60))
+  AND NOT EXISTS (SELECT 1 FROM "public"."kafka_outbox" f WHERE f."push_completed_at" IS NULL AND f."errored" = 0
+    AND f."batch_id" IS NOT NULL AND f."push_started_at" >= now() - make_interval(secs => 60)
+    AND COALESCE(NULLIF(NULLIF(f."partition_key"::text, ''), ''), NULLIF(NULLIF(f."key"::text, ''), ''), '') = COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AND COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') <> '' AND (f."id", f."id") < (o."id", o."id"))
+  AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+ORDER BY o."id"
+LIMIT $2
+FOR UPDATE OF o SKIP LOCKED;
+
+-- claim under a lease, ordering on
+SELECT o."id"::text,
+  o."payload_json"::text,
+  NULLIF(o."topic"::text, ''),
+  NULLIF(NULLIF(o."key"::text, ''), ''),
+  NULLIF(o."partition_key"::text, ''),
+  COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), ''),
+  NULLIF(o."payload_headers"::text, ''),
+  NULL::text,
+  NULL::text,
+  NULL::text,
+  o."created_at"::timestamptz,
+  NULL::int,
+  COALESCE(r.attempts, o."push_attempts"::int, 0),
+  o.ctid,
+  COALESCE(r.tie, o.cmin::text::bigint),
+  r.event_id IS NOT NULL
+FROM "public"."kafka_outbox" o
+LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+WHERE o."push_completed_at" IS NULL AND o."errored" = 0
+  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+  AND (o."batch_id" IS NULL OR o."push_started_at" IS NULL OR o."push_started_at" < now() - make_interval(secs => 60))
+  AND NOT EXISTS (SELECT 1 FROM "public"."kafka_outbox" f WHERE f."push_completed_at" IS NULL AND f."errored" = 0
+    AND f."batch_id" IS NOT NULL AND f."push_started_at" >= now() - make_interval(secs => 60)
+    AND COALESCE(NULLIF(NULLIF(f."partition_key"::text, ''), ''), NULLIF(NULLIF(f."key"::text, ''), ''), '') = COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AND COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') <> '' AND (f."id", f."id") < (o."id", o."id"))
+  AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $3 AND l.owner = $4 AND l.term = $5)
+ORDER BY o."id"
+LIMIT $2
+FOR UPDATE OF o SKIP LOCKED;
+
+-- acknowledge
+UPDATE "public"."kafka_outbox" o SET "push_completed_at" = statement_timestamp(), "batch_id" = $2::text::character varying(36), "push_started_at" = now() WHERE o.ctid = ANY($1::tid[]);
+
+-- mark published by id (exactly-once takeover)
+UPDATE "public"."kafka_outbox" o SET "push_completed_at" = statement_timestamp(), "batch_id" = $2::text::character varying(36), "push_started_at" = now() WHERE o."id" = ANY($1::text[]::bigint[]) AND o."push_completed_at" IS NULL AND o."errored" = 0;
+
+-- dead-letter in the table
+UPDATE "public"."kafka_outbox" o SET "errored" = 1, "error_reason" = u.reason, "push_attempts" = LEAST(u.attempts, 32767) FROM unnest($1::text[], $2::text[], $3::int[]) AS u(id, reason, attempts) WHERE o."id" = u.id::bigint;
+
+-- retry in the table
+UPDATE "public"."kafka_outbox" o SET "push_attempts" = LEAST(u.attempts, 32767), "error_reason" = u.err FROM unnest($1::text[], $2::int[], $3::text[]) AS u(id, attempts, err) WHERE o."id" = u.id::bigint;
+
+-- retry state
+INSERT INTO "outbox_relay".retry_state AS t (source, event_id, order_key, attempts, next_attempt_at, last_error, tie)
+SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::int[], $5::timestamptz[], $6::text[], $7::bigint[]) AS u
+ON CONFLICT (source, event_id) DO UPDATE SET order_key = excluded.order_key, attempts = excluded.attempts,
+  next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error, updated_at = now();
+
+-- clear retry state
+DELETE FROM "outbox_relay".retry_state WHERE source = $1 AND event_id = ANY($2::text[]);
+
+-- insert dead letters
+INSERT INTO "outbox_relay".failed_events (original_event_id, source, source_schema, source_table,
+  event_type, topic, event_key, partition_key, headers, payload, payload_raw, row_data,
+  failure_reason, failure_count, first_failed_at, last_failed_at)
+SELECT u.id, $1, $2, $3, COALESCE(u.event_type, ''), u.topic, u.event_key, u.partition_key,
+  CASE WHEN u.headers IS NOT NULL AND u.headers <> '' THEN u.headers::jsonb END,
+  CASE WHEN u.is_json THEN convert_from(u.payload, 'UTF8')::jsonb END,
+  CASE WHEN NOT u.is_json THEN u.payload END,
+  to_jsonb(o), u.reason, u.attempts, COALESCE(r.first_failed_at, now()), now()
+FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bytea[], $11::bool[], $12::text[], $13::int[])
+  AS u(id, event_type, topic, event_key, partition_key, headers, payload, is_json, reason, attempts)
+JOIN "public"."kafka_outbox" o ON o."id" = u.id::bigint
+LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = u.id;
+
+-- record stats
+WITH b AS (SELECT count(*), min(o."created_at")::timestamptz AS min FROM "public"."kafka_outbox" o WHERE o."push_completed_at" IS NULL AND o."errored" = 0),
+d AS (SELECT count(*) FROM "outbox_relay".failed_events WHERE source = $1 AND replayed_at IS NULL),
+u AS (INSERT INTO "outbox_relay".relay_state AS t
+  (source, schema_name, table_name, last_poll_time, last_published_event_id, total_events_published,
+   total_events_retried, total_events_dead_lettered, pending_events, lag_seconds,
+   owner, last_claim_at, events_per_second, sink_states)
+  SELECT $1, $2, $3, COALESCE($9, now()), NULLIF($4, ''), $5, $6, $7, b.count, COALESCE(EXTRACT(EPOCH FROM now() - b.min), 0),
+    NULLIF($8, ''), $9, $10, $11 FROM b
+  ON CONFLICT (source) DO UPDATE SET last_poll_time = excluded.last_poll_time,
+    owner = excluded.owner, last_claim_at = excluded.last_claim_at,
+    events_per_second = excluded.events_per_second, sink_states = excluded.sink_states,
+    last_published_event_id = COALESCE(excluded.last_published_event_id, t.last_published_event_id),
+    total_events_published = t.total_events_published + excluded.total_events_published,
+    total_events_retried = t.total_events_retried + excluded.total_events_retried,
+    total_events_dead_lettered = t.total_events_dead_lettered + excluded.total_events_dead_lettered,
+    pending_events = excluded.pending_events, lag_seconds = excluded.lag_seconds, updated_at = now())
+SELECT b.count, b.min, d.count FROM b, d;
+
+-- put back in the pending set (replay)
+SET "errored" = 0, "push_completed_at" = NULL, "push_attempts" = 0, "error_reason" = DEFAULT, "batch_id" = NULL, "push_started_at" = NULL;
+
+-- claim, ordering off
+SELECT o."id"::text,
+  o."payload_json"::text,
+  NULLIF(o."topic"::text, ''),
+  NULLIF(NULLIF(o."key"::text, ''), ''),
+  NULLIF(o."partition_key"::text, ''),
+  COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), ''),
+  NULLIF(o."payload_headers"::text, ''),
+  NULL::text,
+  NULL::text,
+  NULL::text,
+  o."created_at"::timestamptz,
+  NULL::int,
+  COALESCE(r.attempts, o."push_attempts"::int, 0),
+  o.ctid,
+  COALESCE(r.tie, o.cmin::text::bigint),
+  r.event_id IS NOT NULL
+FROM "public"."kafka_outbox" o
+LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+WHERE o."push_completed_at" IS NULL AND o."errored" = 0
+  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+  AND (o."batch_id" IS NULL OR o."push_started_at" IS NULL OR o."push_started_at" < now() - make_interval(secs => 60))
+ORDER BY o."id"
+LIMIT $2
+FOR UPDATE OF o SKIP LOCKED;
+
+-- claim under a lease, ordering off
+SELECT o."id"::text,
+  o."payload_json"::text,
+  NULLIF(o."topic"::text, ''),
+  NULLIF(NULLIF(o."key"::text, ''), ''),
+  NULLIF(o."partition_key"::text, ''),
+  COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), ''),
+  NULLIF(o."payload_headers"::text, ''),
+  NULL::text,
+  NULL::text,
+  NULL::text,
+  o."created_at"::timestamptz,
+  NULL::int,
+  COALESCE(r.attempts, o."push_attempts"::int, 0),
+  o.ctid,
+  COALESCE(r.tie, o.cmin::text::bigint),
+  r.event_id IS NOT NULL
+FROM "public"."kafka_outbox" o
+LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+WHERE o."push_completed_at" IS NULL AND o."errored" = 0
+  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+  AND (o."batch_id" IS NULL OR o."push_started_at" IS NULL OR o."push_started_at" < now() - make_interval(secs => 60))
+  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $3 AND l.owner = $4 AND l.term = $5)
+ORDER BY o."id"
+LIMIT $2
+FOR UPDATE OF o SKIP LOCKED;
+
+-- retention: purge first batch
+WITH c AS (
+  SELECT o.ctid AS tid, o."id"::text AS id, (o."errored" = 1) AS dead
+  FROM "public"."kafka_outbox" o
+  WHERE ((o."push_completed_at" IS NOT NULL AND o."errored" = 0) OR o."errored" = 1)
+    AND COALESCE(o."push_completed_at"::timestamptz, o."created_at"::timestamptz) < now() - make_interval(secs => $1::float8)
+  ORDER BY o."id"
+  LIMIT $2
+  FOR UPDATE OF o SKIP LOCKED
+), d AS (
+  DELETE FROM "public"."kafka_outbox" o WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c)) RETURNING 1
+)
+SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM d), (SELECT count(*) FROM c WHERE dead), 0::bigint,
+  (SELECT id FROM c ORDER BY id::bigint DESC LIMIT 1);
+
+-- retention: purge next batch
+WITH c AS (
+  SELECT o.ctid AS tid, o."id"::text AS id, (o."errored" = 1) AS dead
+  FROM "public"."kafka_outbox" o
+  WHERE ((o."push_completed_at" IS NOT NULL AND o."errored" = 0) OR o."errored" = 1)
+    AND COALESCE(o."push_completed_at"::timestamptz, o."created_at"::timestamptz) < now() - make_interval(secs => $1::float8)
+    AND o."id" > $3::text::bigint
+  ORDER BY o."id"
+  LIMIT $2
+  FOR UPDATE OF o SKIP LOCKED
+), d AS (
+  DELETE FROM "public"."kafka_outbox" o WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c)) RETURNING 1
+)
+SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM d), (SELECT count(*) FROM c WHERE dead), 0::bigint,
+  (SELECT id FROM c ORDER BY id::bigint DESC LIMIT 1);
+
+-- retention: purge count
+SELECT count(*), count(*) FILTER (WHERE o."errored" = 1)
+FROM "public"."kafka_outbox" o
+WHERE ((o."push_completed_at" IS NOT NULL AND o."errored" = 0) OR o."errored" = 1)
+    AND COALESCE(o."push_completed_at"::timestamptz, o."created_at"::timestamptz) < now() - make_interval(secs => $1::float8);
+
+-- retention: dead letters first batch
+WITH c AS (
+  SELECT f.id FROM "outbox_relay".failed_events f
+  WHERE f.source_schema = $2 AND f.source_table = $3 AND f.replayed_at < now() - make_interval(secs => $1::float8)
+  ORDER BY f.id
+  LIMIT $4
+  FOR UPDATE SKIP LOCKED
+), a AS (
+  DELETE FROM "outbox_relay".failed_event_audit x WHERE x.failed_event_id IN (SELECT id FROM c) RETURNING 1
+), d AS (
+  DELETE FROM "outbox_relay".failed_events f WHERE f.id IN (SELECT id FROM c) RETURNING 1
+)
+SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM d), 0::bigint, (SELECT count(*) FROM a),
+  (SELECT id::text FROM c ORDER BY id DESC LIMIT 1);
+
+-- retention: retry state first batch
+WITH c AS (
+  SELECT r.event_id FROM "outbox_relay".retry_state r
+  WHERE r.source = $1 AND NOT EXISTS (SELECT 1 FROM "public"."kafka_outbox" o WHERE o."id" = r.event_id::bigint)
+  ORDER BY r.event_id
+  LIMIT $2
+  FOR UPDATE OF r SKIP LOCKED
+), d AS (
+  DELETE FROM "outbox_relay".retry_state r WHERE r.source = $1 AND r.event_id IN (SELECT event_id FROM c) RETURNING 1
+)
+SELECT (SELECT count(*) FROM c), (SELECT count(*) FROM d), 0::bigint, 0::bigint,
+  (SELECT event_id FROM c ORDER BY event_id DESC LIMIT 1);
+
