@@ -1,8 +1,6 @@
 package postgres
 
 import (
-	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -205,64 +203,7 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 	idArr := "$1::text[]::" + l.ID.Type + "[]"
 	var s statements
 
-	selectList := rowSelect(l, "o", attemptsSQL(l), "o.ctid", tieSQL, "r.event_id IS NOT NULL")
-	where := []string{
-		pendingPredicate(l, "o"),
-		"(r.next_attempt_at IS NULL OR r.next_attempt_at <= now())",
-	}
-	if l.BatchID.Name != "" {
-		// A row another relay marked claimed is skipped until its claim
-		// is older than the claim timeout: that relay died mid-batch.
-		where = append(where, fmt.Sprintf("(%s IS NULL OR %s IS NULL OR %s < now() - make_interval(secs => %d))",
-			col("o", l.BatchID.Name), col("o", l.ClaimedAt.Name), col("o", l.ClaimedAt.Name), int64(claimTimeout/time.Second)))
-	}
-	if l.BatchID.Name != "" && ordering {
-		// A row another relay claimed, within the claim timeout, holds its
-		// key: the rows after it wait until it is delivered or its claim
-		// expires (then it is claimed here, first).
-		where = append(where, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM %s f WHERE %s
-    AND %s IS NOT NULL AND %s >= now() - make_interval(secs => %d)
-    AND %s = %s AND %s <> '' AND (%s, %s) < (%s, %s))`, table, pendingPredicate(l, "f"),
-			col("f", l.BatchID.Name), col("f", l.ClaimedAt.Name), int64(claimTimeout/time.Second),
-			orderKeySQL(l, "f"), orderKeySQL(l, "o"), orderKeySQL(l, "o"),
-			col("f", l.OrderBy), col("f", l.ID.Name), col("o", l.OrderBy), col("o", l.ID.Name)))
-	}
-	if l.XID != "" {
-		// Only rows whose inserting transaction is older than every running
-		// one: a row that commits late can then never overtake its key.
-		// The relays' own transactions (claims lock rows, which gives
-		// them a transaction id) insert no rows and do not count.
-		where = append(where, col("o", l.XID)+" < "+xidBarrier)
-	}
-	if ordering {
-		// A key is held while a row of it backs off; rows without a key
-		// (order key '') hold nothing.
-		where = append(where, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = $1 AND b.order_key = "+
-			orderKeySQL(l, "o")+" AND b.order_key <> '' AND b.next_attempt_at > now())")
-	}
-	orderBy := col("o", l.OrderBy)
-	if l.OrderBy != l.ID.Name {
-		// Rows of one transaction share now(): they are ordered as their
-		// statements ran, then by id (rows of one statement).
-		orderBy += ", " + tieSQL + ", " + id
-	}
-	claim := func(where []string) string {
-		return fmt.Sprintf(`SELECT %s
-FROM %s o
-LEFT JOIN %s.retry_state r ON r.source = $1 AND r.event_id = %s::text
-WHERE %s
-ORDER BY %s
-LIMIT $2
-FOR UPDATE OF o SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, rs, id, strings.Join(where, "\n  AND "), orderBy)
-	}
-	s.claim = claim(where)
-	// Under a lease the claim locks nothing unless the lease is still this
-	// holder's, as of the statement's snapshot: a deposed holder's claim
-	// must not hold rows even for a moment, or the new holder's claim
-	// would skip them and take later rows of their keys first. A takeover
-	// that commits after the snapshot finds the statement holding its lock
-	// on the table and ends it (Leases.EndOwner) before claiming.
-	s.claimFenced = claim(append(slices.Clone(where), "EXISTS (SELECT 1 FROM "+rs+".leases l WHERE l.shard = $3 AND l.owner = $4 AND l.term = $5)"))
+	s.claim, s.claimFenced = claimStatements(l, table, relaySchema, ordering, claimTimeout)
 
 	// Published rows are found by their ctid: a TID scan, whatever the
 	// planner thinks of the table's size (a generic plan made while the

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -52,6 +53,9 @@ type Store struct {
 	opts  Options
 	sql   statements
 	begin string
+	// held counts the batches claimed and not yet completed or released:
+	// their rows are locked, and the next claim's window reaches past them.
+	held atomic.Int64
 	// Fence binds claims to the lease they are made under; a batch
 	// completes only while that lease is still held (see source.Fence).
 	Fence source.Fence
@@ -69,7 +73,7 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 		sql: buildStatements(opts.Layout, opts.Table.String(), opts.RelaySchema, opts.Ordering, opts.ClaimTimeout),
 		// The claim's transaction starts with its own idle limit, in the
 		// same round trip as BEGIN.
-		begin: fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d", opts.ClaimTimeout.Milliseconds()),
+		begin: fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d; %s", opts.ClaimTimeout.Milliseconds(), claimSettings),
 	}
 }
 
@@ -107,11 +111,12 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}
 	lease := s.Fence.Get()
+	window := s.window(limit)
 	var rows pgx.Rows
 	if lease != nil {
-		rows, err = tx.Query(ctx, s.sql.claimFenced, s.opts.Source, limit, lease.Shard, lease.Owner, lease.Term)
+		rows, err = tx.Query(ctx, s.sql.claimFenced, s.opts.Source, limit, window, lease.Shard, lease.Owner, lease.Term)
 	} else {
-		rows, err = tx.Query(ctx, s.sql.claim, s.opts.Source, limit)
+		rows, err = tx.Query(ctx, s.sql.claim, s.opts.Source, limit, window)
 	}
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
@@ -154,7 +159,14 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 			return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
 		}
 	}
+	s.held.Add(1)
 	return b, nil
+}
+
+// window is how many pending rows a claim of limit considers: the rows its
+// own batches in flight hold (each at most limit), then twice the limit.
+func (s *Store) window(limit int) int {
+	return limit * int(2+s.held.Load())
 }
 
 // MarkPublished records the rows with ids as published, those still
@@ -228,6 +240,7 @@ type batch struct {
 	id    string // a uuid, recorded on acknowledged rows when the layout keeps claims
 	rows  []source.Row
 	lease *source.Lease // the lease the batch was claimed under, or nil
+	ended atomic.Bool   // completed or released
 	// Per row, in the order of rows: its address, for the acknowledgement;
 	// its place in its transaction, kept when it backs off; whether it has
 	// a retry state, removed when it leaves the pending set.
@@ -256,7 +269,15 @@ func (b *batch) decodeClaim(vals [][]byte, fds []pgconn.FieldDescription) error 
 
 func (b *batch) Rows() []source.Row { return b.rows }
 
+// end takes the batch off the store's count of batches held, once.
+func (b *batch) end() {
+	if b.ended.CompareAndSwap(false, true) {
+		b.store.held.Add(-1)
+	}
+}
+
 func (b *batch) Release(ctx context.Context) error {
+	b.end()
 	if err := b.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
 		return fmt.Errorf("release claim: %w", err)
 	}
@@ -266,6 +287,7 @@ func (b *batch) Release(ctx context.Context) error {
 // Complete implements source.Batch: every statement goes in one round trip,
 // then the transaction commits.
 func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
+	defer b.end()
 	s, q := b.store, &pgx.Batch{}
 	var clear []string
 	if len(o.Published) > 0 {

@@ -1,4 +1,14 @@
 -- claim, ordering on
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid, (o."batch_id" IS NOT NULL AND o."push_started_at" IS NOT NULL AND o."push_started_at" >= now() - make_interval(secs => 60)) AS foreign_claim, COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AS k, o."id" AS o0
+  FROM "public"."kafka_outbox" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."push_completed_at" IS NULL AND o."errored" = 0
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+    AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+  ORDER BY o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload_json"::text,
   NULLIF(o."topic"::text, ''),
@@ -17,18 +27,25 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "public"."kafka_outbox" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."push_completed_at" IS NULL AND o."errored" = 0
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
-  AND (o."batch_id" IS NULL OR o."push_started_at" IS NULL OR o."push_started_at" < now() - make_interval(secs => 60))
-  AND NOT EXISTS (SELECT 1 FROM "public"."kafka_outbox" f WHERE f."push_completed_at" IS NULL AND f."errored" = 0
-    AND f."batch_id" IS NOT NULL AND f."push_started_at" >= now() - make_interval(secs => 60)
-    AND COALESCE(NULLIF(NULLIF(f."partition_key"::text, ''), ''), NULLIF(NULLIF(f."key"::text, ''), ''), '') = COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AND COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') <> '' AND (f."id", f."id") < (o."id", o."id"))
-  AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM (SELECT tid, foreign_claim, k <> '' AND bool_or(foreign_claim) OVER (PARTITION BY k ORDER BY o0 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS held
+    FROM c) w
+  WHERE NOT foreign_claim AND NOT COALESCE(held, false)))
+  AND o."push_completed_at" IS NULL AND o."errored" = 0
 ORDER BY o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
 
 -- claim under a lease, ordering on
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid, (o."batch_id" IS NOT NULL AND o."push_started_at" IS NOT NULL AND o."push_started_at" >= now() - make_interval(secs => 60)) AS foreign_claim, COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AS k, o."id" AS o0
+  FROM "public"."kafka_outbox" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."push_completed_at" IS NULL AND o."errored" = 0
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+    AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+  ORDER BY o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload_json"::text,
   NULLIF(o."topic"::text, ''),
@@ -47,14 +64,11 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "public"."kafka_outbox" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."push_completed_at" IS NULL AND o."errored" = 0
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
-  AND (o."batch_id" IS NULL OR o."push_started_at" IS NULL OR o."push_started_at" < now() - make_interval(secs => 60))
-  AND NOT EXISTS (SELECT 1 FROM "public"."kafka_outbox" f WHERE f."push_completed_at" IS NULL AND f."errored" = 0
-    AND f."batch_id" IS NOT NULL AND f."push_started_at" >= now() - make_interval(secs => 60)
-    AND COALESCE(NULLIF(NULLIF(f."partition_key"::text, ''), ''), NULLIF(NULLIF(f."key"::text, ''), ''), '') = COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AND COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') <> '' AND (f."id", f."id") < (o."id", o."id"))
-  AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."partition_key"::text, ''), ''), NULLIF(NULLIF(o."key"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
-  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $3 AND l.owner = $4 AND l.term = $5)
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM (SELECT tid, foreign_claim, k <> '' AND bool_or(foreign_claim) OVER (PARTITION BY k ORDER BY o0 ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS held
+    FROM c) w
+  WHERE NOT foreign_claim AND NOT COALESCE(held, false)))
+  AND o."push_completed_at" IS NULL AND o."errored" = 0
+  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $4 AND l.owner = $5 AND l.term = $6)
 ORDER BY o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
@@ -117,6 +131,15 @@ SELECT b.count, b.min, d.count FROM b, d;
 SET "errored" = 0, "push_completed_at" = NULL, "push_attempts" = 0, "error_reason" = DEFAULT, "batch_id" = NULL, "push_started_at" = NULL;
 
 -- claim, ordering off
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid, (o."batch_id" IS NOT NULL AND o."push_started_at" IS NOT NULL AND o."push_started_at" >= now() - make_interval(secs => 60)) AS foreign_claim
+  FROM "public"."kafka_outbox" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."push_completed_at" IS NULL AND o."errored" = 0
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+  ORDER BY o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload_json"::text,
   NULLIF(o."topic"::text, ''),
@@ -135,14 +158,22 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "public"."kafka_outbox" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."push_completed_at" IS NULL AND o."errored" = 0
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
-  AND (o."batch_id" IS NULL OR o."push_started_at" IS NULL OR o."push_started_at" < now() - make_interval(secs => 60))
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c WHERE NOT foreign_claim))
+  AND o."push_completed_at" IS NULL AND o."errored" = 0
 ORDER BY o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
 
 -- claim under a lease, ordering off
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid, (o."batch_id" IS NOT NULL AND o."push_started_at" IS NOT NULL AND o."push_started_at" >= now() - make_interval(secs => 60)) AS foreign_claim
+  FROM "public"."kafka_outbox" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."push_completed_at" IS NULL AND o."errored" = 0
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+  ORDER BY o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload_json"::text,
   NULLIF(o."topic"::text, ''),
@@ -161,10 +192,9 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "public"."kafka_outbox" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."push_completed_at" IS NULL AND o."errored" = 0
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
-  AND (o."batch_id" IS NULL OR o."push_started_at" IS NULL OR o."push_started_at" < now() - make_interval(secs => 60))
-  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $3 AND l.owner = $4 AND l.term = $5)
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c WHERE NOT foreign_claim))
+  AND o."push_completed_at" IS NULL AND o."errored" = 0
+  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $4 AND l.owner = $5 AND l.term = $6)
 ORDER BY o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;

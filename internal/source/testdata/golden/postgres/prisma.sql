@@ -1,4 +1,14 @@
 -- claim, ordering on
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid
+  FROM "tenant"."OutboxEvent" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."status" = 'pending'
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+    AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."aggregateId"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+  ORDER BY o."createdAt", COALESCE(r.tie, o.cmin::text::bigint), o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload"::text,
   NULLIF(o."eventType"::text, ''),
@@ -17,14 +27,23 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "tenant"."OutboxEvent" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."status" = 'pending'
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
-  AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."aggregateId"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c))
+  AND o."status" = 'pending'
 ORDER BY o."createdAt", COALESCE(r.tie, o.cmin::text::bigint), o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
 
 -- claim under a lease, ordering on
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid
+  FROM "tenant"."OutboxEvent" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."status" = 'pending'
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+    AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."aggregateId"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+  ORDER BY o."createdAt", COALESCE(r.tie, o.cmin::text::bigint), o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload"::text,
   NULLIF(o."eventType"::text, ''),
@@ -43,10 +62,9 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "tenant"."OutboxEvent" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."status" = 'pending'
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
-  AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."aggregateId"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
-  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $3 AND l.owner = $4 AND l.term = $5)
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c))
+  AND o."status" = 'pending'
+  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $4 AND l.owner = $5 AND l.term = $6)
 ORDER BY o."createdAt", COALESCE(r.tie, o.cmin::text::bigint), o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
@@ -109,6 +127,15 @@ SELECT b.count, b.min, d.count FROM b, d;
 SET "status" = 'pending', "publishedAt" = NULL, "error" = DEFAULT;
 
 -- claim, ordering off
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid
+  FROM "tenant"."OutboxEvent" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."status" = 'pending'
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+  ORDER BY o."createdAt", COALESCE(r.tie, o.cmin::text::bigint), o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload"::text,
   NULLIF(o."eventType"::text, ''),
@@ -127,13 +154,22 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "tenant"."OutboxEvent" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."status" = 'pending'
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c))
+  AND o."status" = 'pending'
 ORDER BY o."createdAt", COALESCE(r.tie, o.cmin::text::bigint), o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
 
 -- claim under a lease, ordering off
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid
+  FROM "tenant"."OutboxEvent" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."status" = 'pending'
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+  ORDER BY o."createdAt", COALESCE(r.tie, o.cmin::text::bigint), o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload"::text,
   NULLIF(o."eventType"::text, ''),
@@ -152,9 +188,9 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "tenant"."OutboxEvent" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."status" = 'pending'
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
-  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $3 AND l.owner = $4 AND l.term = $5)
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c))
+  AND o."status" = 'pending'
+  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $4 AND l.owner = $5 AND l.term = $6)
 ORDER BY o."createdAt", COALESCE(r.tie, o.cmin::text::bigint), o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;

@@ -1,4 +1,14 @@
 -- claim, ordering on
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid
+  FROM "journey_matcher"."outbox" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."published" = false
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+    AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."aggregate_id"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+  ORDER BY o."created_at", COALESCE(r.tie, o.cmin::text::bigint), o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload"::text,
   NULLIF(o."event_type"::text, ''),
@@ -17,14 +27,23 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "journey_matcher"."outbox" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."published" = false
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
-  AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."aggregate_id"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c))
+  AND o."published" = false
 ORDER BY o."created_at", COALESCE(r.tie, o.cmin::text::bigint), o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
 
 -- claim under a lease, ordering on
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid
+  FROM "journey_matcher"."outbox" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."published" = false
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+    AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."aggregate_id"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
+  ORDER BY o."created_at", COALESCE(r.tie, o.cmin::text::bigint), o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload"::text,
   NULLIF(o."event_type"::text, ''),
@@ -43,10 +62,9 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "journey_matcher"."outbox" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."published" = false
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
-  AND NOT EXISTS (SELECT 1 FROM "outbox_relay".retry_state b WHERE b.source = $1 AND b.order_key = COALESCE(NULLIF(NULLIF(o."aggregate_id"::text, ''), ''), '') AND b.order_key <> '' AND b.next_attempt_at > now())
-  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $3 AND l.owner = $4 AND l.term = $5)
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c))
+  AND o."published" = false
+  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $4 AND l.owner = $5 AND l.term = $6)
 ORDER BY o."created_at", COALESCE(r.tie, o.cmin::text::bigint), o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
@@ -106,6 +124,15 @@ SELECT b.count, b.min, d.count FROM b, d;
 SET "published" = false, "published_at" = NULL;
 
 -- claim, ordering off
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid
+  FROM "journey_matcher"."outbox" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."published" = false
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+  ORDER BY o."created_at", COALESCE(r.tie, o.cmin::text::bigint), o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload"::text,
   NULLIF(o."event_type"::text, ''),
@@ -124,13 +151,22 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "journey_matcher"."outbox" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."published" = false
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c))
+  AND o."published" = false
 ORDER BY o."created_at", COALESCE(r.tie, o.cmin::text::bigint), o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
 
 -- claim under a lease, ordering off
+WITH c AS MATERIALIZED (
+  SELECT o.ctid AS tid
+  FROM "journey_matcher"."outbox" o
+  LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
+  WHERE o."published" = false
+    AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
+  ORDER BY o."created_at", COALESCE(r.tie, o.cmin::text::bigint), o."id"
+  LIMIT $3
+)
 SELECT o."id"::text,
   o."payload"::text,
   NULLIF(o."event_type"::text, ''),
@@ -149,9 +185,9 @@ SELECT o."id"::text,
   r.event_id IS NOT NULL
 FROM "journey_matcher"."outbox" o
 LEFT JOIN "outbox_relay".retry_state r ON r.source = $1 AND r.event_id = o."id"::text
-WHERE o."published" = false
-  AND (r.next_attempt_at IS NULL OR r.next_attempt_at <= now())
-  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $3 AND l.owner = $4 AND l.term = $5)
+WHERE o.ctid = ANY(ARRAY(SELECT tid FROM c))
+  AND o."published" = false
+  AND EXISTS (SELECT 1 FROM "outbox_relay".leases l WHERE l.shard = $4 AND l.owner = $5 AND l.term = $6)
 ORDER BY o."created_at", COALESCE(r.tie, o.cmin::text::bigint), o."id"
 LIMIT $2
 FOR UPDATE OF o SKIP LOCKED;
