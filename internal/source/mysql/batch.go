@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
@@ -24,11 +25,16 @@ type batch struct {
 	id        string        // a uuid, recorded on acknowledged rows when the layout keeps claims
 	claimedAt time.Time     // the server's time at the claim
 	lease     *source.Lease // the lease the batch was claimed under, or nil
+	counted   bool          // the store counts the batch among those it holds
+	ended     atomic.Bool   // completed or released
 }
 
 // done hands a connection taken for the claim back, its wait_timeout put
 // back first. A connection the server closed meanwhile is dropped.
 func (b *batch) done() {
+	if b.counted && b.ended.CompareAndSwap(false, true) {
+		b.store.held.Add(-1)
+	}
 	if b.conn == nil {
 		return
 	}

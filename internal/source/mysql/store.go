@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
@@ -122,6 +123,10 @@ type Store struct {
 
 	mu      sync.Mutex
 	columns []tableColumn // the table's columns, looked up on first need
+
+	// held counts the batches claimed and not yet completed or released:
+	// their rows are locked, and the next claim's window reaches past them.
+	held atomic.Int64
 
 	// Fence binds claims to the lease they are made under; a batch
 	// completes only while that lease is still held (see source.Fence).
@@ -234,7 +239,15 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	if s.sql.ackClaim {
 		b.id = newBatchID()
 	}
+	s.held.Add(1)
+	b.counted = true
 	return b, nil
+}
+
+// window is how many rows a claim of limit considers: the rows its own
+// batches in flight hold (each at most limit), then twice the limit.
+func (s *Store) window(limit int) int {
+	return limit * int(2+s.held.Load())
 }
 
 // claim runs the claim query in the batch's transaction and decodes its rows.
@@ -242,6 +255,10 @@ func (b *batch) claim(ctx context.Context, limit int) error {
 	s := b.store
 	// The retry state's subqueries: attempts, then due.
 	args := []any{s.opts.Source, s.opts.Source}
+	if s.sql.windowed {
+		w := s.window(limit)
+		args = append(args, s.opts.Source, s.opts.Source, w, s.opts.Source, s.opts.Source, w)
+	}
 	if s.opts.Ordering {
 		args = append(args, s.opts.Source)
 	}

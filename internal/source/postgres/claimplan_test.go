@@ -3,7 +3,6 @@ package postgres_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"testing"
 	"time"
 
@@ -113,52 +112,4 @@ func rowsRead(t *testing.T, plan []byte, table string) (read, returned int) {
 	}
 	walk(out[0].Plan)
 	return read, int(out[0].Plan.Rows)
-}
-
-// TestHeldHeadDoesNotStarveOtherKeys checks that a key backing off with
-// many rows at the head of the order holds only itself: a claim whose
-// window would be filled by that key's rows still takes the other keys.
-func TestHeldHeadDoesNotStarveOtherKeys(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	_, pool := migrated(t)
-	tbl := postgres.Table{Schema: "public", Name: "outbox"}
-	pgtest.Exec(t, pool, fixtures.Seed001)
-	const held = 3000
-	agg := func(k int) string { return fmt.Sprintf("00000000-0000-0000-0000-%012d", k) }
-	if _, err := pool.Exec(ctx, `INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, topic, payload, created_at)
-SELECT 'A', $1::uuid, 'e', 't', '{}', now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, $2) g`, agg(1), held); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := pool.Exec(ctx, `INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, topic, payload)
-SELECT 'A', $1::uuid, 'e', 't', '{}' FROM generate_series(1, 10)`, agg(2)); err != nil {
-		t.Fatal(err)
-	}
-	st, _ := newStore(t, pool, "starve", tbl, "status", config.Layout{}, true)
-	b, err := st.Claim(ctx, 1)
-	if err != nil || b == nil {
-		t.Fatalf("claim: %v", err)
-	}
-	if got := b.Rows()[0].AggregateID; got != agg(1) {
-		t.Fatalf("the first row is of %s, want %s", got, agg(1))
-	}
-	if err := b.Complete(ctx, source.Outcome{Retry: []source.Retry{{Index: 0, Attempts: 1, At: time.Now().Add(time.Hour), Err: "down"}}}); err != nil {
-		t.Fatal(err)
-	}
-	b, err = st.Claim(ctx, 5)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if b == nil {
-		t.Fatalf("no row claimed: %d rows of a key backing off kept every other key waiting", held)
-	}
-	defer func() { _ = b.Release(ctx) }()
-	for _, r := range b.Rows() {
-		if r.AggregateID != agg(2) {
-			t.Errorf("claimed a row of %s, want only %s (the other is backing off)", r.AggregateID, agg(2))
-		}
-	}
-	if len(b.Rows()) != 5 {
-		t.Errorf("claimed %d rows, want 5", len(b.Rows()))
-	}
 }

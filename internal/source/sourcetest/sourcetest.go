@@ -74,8 +74,10 @@ func Run(t *testing.T, h Harness) {
 				{"KilledClaimTakenBack", s.testKilledClaim},
 				{"IdleClaimEndsAfterTimeout", s.testIdleClaimTimeout},
 				{"ForeignClaims", s.testForeignClaims},
+				{"HeldHeadHoldsOnlyItsKey", s.testHeldHead},
+				{"ForeignClaimBeyondTheWindow", s.testForeignClaimBeyondWindow},
 			} {
-				if tc.name == "ForeignClaims" && !s.exp.claims {
+				if (tc.name == "ForeignClaims" || tc.name == "ForeignClaimBeyondTheWindow") && !s.exp.claims {
 					continue // the preset records no claims (state.batch_id)
 				}
 				t.Run(tc.name, tc.fn)

@@ -17,9 +17,23 @@ FROM `kafka_outbox` o FORCE INDEX (`PRIMARY`)
 WHERE o.`push_completed_at` IS NULL AND o.`errored` = 0
   AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.retry_state r WHERE r.source = ? AND r.event_id = CAST(o.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND r.next_attempt_at > UTC_TIMESTAMP(6))
   AND (o.`batch_id` IS NULL OR o.`push_started_at` IS NULL OR o.`push_started_at` < UTC_TIMESTAMP(6) - INTERVAL 60000000 MICROSECOND)
-  AND NOT EXISTS (SELECT 1 FROM (SELECT DISTINCT COALESCE(NULLIF(NULLIF(CAST(f.`partition_key` AS CHAR CHARACTER SET utf8mb4), ''), ''), NULLIF(NULLIF(CAST(f.`key` AS CHAR CHARACTER SET utf8mb4), ''), ''), '') AS k, f.`id` AS ob, f.`id` AS id
-      FROM `kafka_outbox` f WHERE f.`push_completed_at` IS NULL AND f.`errored` = 0 AND f.`batch_id` IS NOT NULL AND f.`push_started_at` >= UTC_TIMESTAMP(6) - INTERVAL 60000000 MICROSECOND) h
-    WHERE h.k = COALESCE(NULLIF(NULLIF(CAST(o.`partition_key` AS CHAR CHARACTER SET utf8mb4), ''), ''), NULLIF(NULLIF(CAST(o.`key` AS CHAR CHARACTER SET utf8mb4), ''), ''), '') AND h.k <> '' AND (h.ob, h.id) < (o.`id`, o.`id`))
+  AND NOT EXISTS (SELECT 1 FROM (SELECT COALESCE(NULLIF(NULLIF(CAST(f.`partition_key` AS CHAR CHARACTER SET utf8mb4), ''), ''), NULLIF(NULLIF(CAST(f.`key` AS CHAR CHARACTER SET utf8mb4), ''), ''), '') AS k, f.`id` AS ob, f.`id` AS id,
+      (f.`batch_id` IS NOT NULL AND f.`push_started_at` IS NOT NULL AND f.`push_started_at` >= UTC_TIMESTAMP(6) - INTERVAL 60000000 MICROSECOND) AS fc
+      FROM `kafka_outbox` f FORCE INDEX (`PRIMARY`)
+      WHERE f.`push_completed_at` IS NULL AND f.`errored` = 0
+        AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.retry_state r WHERE r.source = ? AND r.event_id = CAST(f.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND r.next_attempt_at > UTC_TIMESTAMP(6))
+        AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.retry_state b WHERE b.source = ? AND b.order_key = LEFT(COALESCE(NULLIF(NULLIF(CAST(f.`partition_key` AS CHAR CHARACTER SET utf8mb4), ''), ''), NULLIF(NULLIF(CAST(f.`key` AS CHAR CHARACTER SET utf8mb4), ''), ''), ''), 500) COLLATE utf8mb4_bin AND b.order_key <> '' AND b.next_attempt_at > UTC_TIMESTAMP(6))
+      ORDER BY f.`id`, f.`id`
+      LIMIT ?) h
+    WHERE h.fc AND h.k = COALESCE(NULLIF(NULLIF(CAST(o.`partition_key` AS CHAR CHARACTER SET utf8mb4), ''), ''), NULLIF(NULLIF(CAST(o.`key` AS CHAR CHARACTER SET utf8mb4), ''), ''), '') AND h.k <> '' AND (h.ob, h.id) < (o.`id`, o.`id`))
+  AND (o.`id`, o.`id`) <= (SELECT w.ob, w.id FROM (SELECT COALESCE(NULLIF(NULLIF(CAST(f.`partition_key` AS CHAR CHARACTER SET utf8mb4), ''), ''), NULLIF(NULLIF(CAST(f.`key` AS CHAR CHARACTER SET utf8mb4), ''), ''), '') AS k, f.`id` AS ob, f.`id` AS id,
+      (f.`batch_id` IS NOT NULL AND f.`push_started_at` IS NOT NULL AND f.`push_started_at` >= UTC_TIMESTAMP(6) - INTERVAL 60000000 MICROSECOND) AS fc
+      FROM `kafka_outbox` f FORCE INDEX (`PRIMARY`)
+      WHERE f.`push_completed_at` IS NULL AND f.`errored` = 0
+        AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.retry_state r WHERE r.source = ? AND r.event_id = CAST(f.`id` AS CHAR CHARACTER SET utf8mb4) COLLATE utf8mb4_bin AND r.next_attempt_at > UTC_TIMESTAMP(6))
+        AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.retry_state b WHERE b.source = ? AND b.order_key = LEFT(COALESCE(NULLIF(NULLIF(CAST(f.`partition_key` AS CHAR CHARACTER SET utf8mb4), ''), ''), NULLIF(NULLIF(CAST(f.`key` AS CHAR CHARACTER SET utf8mb4), ''), ''), ''), 500) COLLATE utf8mb4_bin AND b.order_key <> '' AND b.next_attempt_at > UTC_TIMESTAMP(6))
+      ORDER BY f.`id`, f.`id`
+      LIMIT ?) w ORDER BY w.ob DESC, w.id DESC LIMIT 1)
   AND NOT EXISTS (SELECT 1 FROM `outbox_relay`.retry_state b WHERE b.source = ? AND b.order_key = LEFT(COALESCE(NULLIF(NULLIF(CAST(o.`partition_key` AS CHAR CHARACTER SET utf8mb4), ''), ''), NULLIF(NULLIF(CAST(o.`key` AS CHAR CHARACTER SET utf8mb4), ''), ''), ''), 500) COLLATE utf8mb4_bin AND b.order_key <> '' AND b.next_attempt_at > UTC_TIMESTAMP(6))
 ORDER BY o.`id`
 LIMIT ?
