@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/breaker"
@@ -270,7 +271,7 @@ func MigrateTables(ctx context.Context, cfg *config.Config, db string) error {
 		if s.Database != db || s.ManageTable == nil || !*s.ManageTable || s.Table == "" {
 			continue
 		}
-		schema, table, err := config.ParseTableName(s.Table)
+		schema, table, err := layout.ParseTableName(s.Table)
 		if err != nil {
 			return fmt.Errorf("sources[%d].table: %w", i, err)
 		}

@@ -83,14 +83,14 @@ func routeExtras(path string, rs []config.Route, l *layout.Layout, cols []layout
 		out[j] = relay.Route{Name: r.Name, EventTypes: r.EventTypes, AggregateTypes: r.AggregateTypes,
 			Values: r.Values, Column: -1, Topic: -1}
 		if r.Column != "" {
-			n, err := l.AddExtra("column", config.Template{{Column: r.Column}}, cols)
+			n, err := l.AddExtra("column", layout.Template{{Column: r.Column}}, cols)
 			if err != nil {
 				return nil, fmt.Errorf("%s.%w", p, err)
 			}
 			out[j].Column = n
 		}
 		if r.Topic != "" {
-			t, err := config.ParseTemplate(r.Topic)
+			t, err := layout.ParseTemplate(r.Topic)
 			if err != nil {
 				return nil, fmt.Errorf("%s.topic: %w", p, err)
 			}
@@ -145,7 +145,7 @@ func (a *App) resolveConfigSource(ctx context.Context, i int, cs config.Source) 
 		if cs.Discover != nil {
 			return nil, fmt.Errorf("%s.discover: discovery needs PostgreSQL; list MySQL tables one by one", path)
 		}
-		schema, table, err := config.ParseTableName(cs.Table)
+		schema, table, err := layout.ParseTableName(cs.Table)
 		if err != nil {
 			return nil, fmt.Errorf("%s.table: %w", path, err)
 		}
@@ -160,7 +160,7 @@ func (a *App) resolveConfigSource(ctx context.Context, i int, cs config.Source) 
 		return nil, fmt.Errorf("%s.database: unknown database %q", path, cs.Database)
 	}
 	if cs.Discover == nil {
-		schema, table, err := config.ParseTableName(cs.Table)
+		schema, table, err := layout.ParseTableName(cs.Table)
 		if err != nil {
 			return nil, fmt.Errorf("%s.table: %w", path, err)
 		}

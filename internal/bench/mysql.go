@@ -13,6 +13,7 @@ import (
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
 // DefaultMySQLDSN is the local MariaDB the benchmark uses with driver mysql.
@@ -104,10 +105,10 @@ func (t myTable) source(database, topic string, batch, pipeline int, ordering bo
 		s.Preset = "kafka-outbox"
 		return s
 	}
-	s.Layout = config.Layout{
+	s.Layout = layout.Spec{
 		ID: "id", Payload: "payload", PayloadFormat: "json", Topic: topic, Key: "{aggregate_id}",
 		EventType: "event_type", CreatedAt: "created_at", OrderBy: "id",
-		State: config.State{Mode: "delete"},
+		State: layout.State{Mode: "delete"},
 	}
 	return s
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source/queue"
 )
 
@@ -58,13 +59,13 @@ CREATE TABLE %[1]s.outbox (
 
 // source is the relay's source for the table.
 func (t table) source(topic string, batch, pipeline int, ordering bool) config.Source {
-	l := config.Layout{
+	l := layout.Spec{
 		ID: "id", Payload: "payload", PayloadFormat: "json", Topic: topic, Key: "{aggregate_id}",
 		EventType: "event_type", CreatedAt: "created_at", OrderBy: "id",
-		State: config.State{Mode: "delete"},
+		State: layout.State{Mode: "delete"},
 	}
 	if t.layout == "mark" {
-		l.State = config.State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at"}}
+		l.State = layout.State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at"}}
 	}
 	if t.layout == "queue" {
 		return config.Source{Name: "bench", Table: t.name(), Preset: config.QueuePreset, Topic: topic,

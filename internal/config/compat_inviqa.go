@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
 // Inviqa is a configuration built from the settings of an
@@ -183,7 +185,7 @@ func buildInviqa(environ []string, flags map[string]string) (*Inviqa, problems) 
 
 	table := InviqaTable
 	if t := e.str(InviqaDBOutboxTable); t != "" {
-		if err := checkPlainIdent(t); err != nil {
+		if err := layout.CheckPlainIdent(t); err != nil {
 			ps.add(InviqaDBOutboxTable, "%v", err)
 		}
 		table = t
@@ -289,7 +291,7 @@ func inviqaDatabases(e inviqaEnv, tls, skipVerify bool) []inviqaDB {
 			e.ps.add(namesVar, "invalid database name %q: must match %s", n, namePattern)
 			continue
 		}
-		if err := checkPlainIdent(n); driver == "mysql" && err != nil {
+		if err := layout.CheckPlainIdent(n); driver == "mysql" && err != nil {
 			e.ps.add(namesVar, "a MySQL database holding the table %v", err)
 			continue
 		}

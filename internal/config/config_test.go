@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
 
@@ -292,7 +293,7 @@ func checkSeed(t *testing.T, c *Config) {
 		t.Errorf("services = %+v", svc)
 	}
 	tenant := c.Sources[1]
-	if schema, table, err := ParseTableName(tenant.Table); err != nil || schema != "tenant" || table != "OutboxEvent" {
+	if schema, table, err := layout.ParseTableName(tenant.Table); err != nil || schema != "tenant" || table != "OutboxEvent" {
 		t.Errorf("tenant table = %q, %q, %v", schema, table, err)
 	}
 	if *tenant.Ordering || *tenant.InstallTrigger || tenant.Layout.Key != "tenant:{tenantId}" ||

@@ -54,7 +54,7 @@
 //
 // Template fields (layout.topic, layout.key, layout.partition_key,
 // layout.order_key and a source's topic) mix literal text with {column}
-// references, e.g. "tenant:{tenantId}"; see [ParseTemplate]. Table names are
+// references, e.g. "tenant:{tenantId}"; see [layout.ParseTemplate]. Table names are
 // schema-qualified SQL identifiers, e.g. "billing.outbox" or
-// `tenant."OutboxEvent"`; see [ParseTableName].
+// `tenant."OutboxEvent"`; see [layout.ParseTableName].
 package config

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
 // Allowed values of the enumerated fields.
@@ -36,7 +38,7 @@ var namePattern = regexp.MustCompile(`^[a-zA-Z0-9_.-]{1,100}$`)
 // *ValidationError listing every problem, or nil.
 func (c *Config) Validate() error {
 	var ps problems
-	if err := checkPlainIdent(c.RelaySchema); err != nil {
+	if err := layout.CheckPlainIdent(c.RelaySchema); err != nil {
 		ps.add("relay_schema", "%v", err)
 	}
 	oneOf(&ps, "log.level", c.Log.Level, logLevels, true)
@@ -166,7 +168,7 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 		ps.add(p, "set exactly one of table and discover")
 	}
 	if s.Table != "" {
-		if _, _, err := ParseTableName(s.Table); err != nil {
+		if _, _, err := layout.ParseTableName(s.Table); err != nil {
 			ps.add(p+".table", "%v", err)
 		}
 	}
@@ -239,12 +241,12 @@ func validateManageTable(ps *problems, p string, s *Source) {
 		ps.add(p+".manage_table", "needs table (a discovered table is not managed)")
 		return
 	}
-	schema, table, err := ParseTableName(s.Table)
+	schema, table, err := layout.ParseTableName(s.Table)
 	if err != nil {
 		return // reported on .table
 	}
 	for _, id := range []string{schema, table} {
-		if err := checkPlainIdent(id); err != nil {
+		if err := layout.CheckPlainIdent(id); err != nil {
 			ps.add(p+".table", "a managed table %v", err)
 			return
 		}
@@ -288,7 +290,7 @@ func validateDiscover(ps *problems, p string, d *Discover) {
 		ps.add(p+".tables", "required")
 	}
 	for i, t := range d.Tables {
-		if id, rest, err := parseIdent(t); err != nil {
+		if id, rest, err := layout.ParseIdent(t); err != nil {
 			ps.add(fmt.Sprintf("%s.tables[%d]", p, i), "invalid table name %q: %v", t, err)
 		} else if rest != "" {
 			ps.add(fmt.Sprintf("%s.tables[%d]", p, i), "invalid table name %q: unexpected %q after %q (give the table name alone)", t, rest, id)
@@ -297,7 +299,7 @@ func validateDiscover(ps *problems, p string, d *Discover) {
 	positive(ps, p+".interval", d.Interval)
 }
 
-func validateLayout(ps *problems, p string, l *Layout) {
+func validateLayout(ps *problems, p string, l *layout.Spec) {
 	oneOf(ps, p+".payload_format", l.PayloadFormat, payloadFormats, false)
 	oneOf(ps, p+".state.mode", l.State.Mode, stateModes, false)
 	checkTemplate(ps, p+".topic", l.Topic)
@@ -324,7 +326,7 @@ func validateLayout(ps *problems, p string, l *Layout) {
 
 // checkTemplate reports a template field that does not parse.
 func checkTemplate(ps *problems, path, s string) {
-	if _, err := ParseTemplate(s); err != nil {
+	if _, err := layout.ParseTemplate(s); err != nil {
 		ps.add(path, "%v", err)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
@@ -60,9 +61,9 @@ CREATE TABLE app.events (
 	col := collect(t, brokers, "things")
 	cfg := baseConfig(dsn, brokers, config.Source{
 		Name: "app", Table: "app.events",
-		Layout: config.Layout{
+		Layout: layout.Spec{
 			ID: "id", Payload: "body", PayloadFormat: "json", Topic: "{topic}", Key: "{msg_key}",
-			EventType: "kind", CreatedAt: "created_at", State: config.State{Mode: "delete"},
+			EventType: "kind", CreatedAt: "created_at", State: layout.State{Mode: "delete"},
 		},
 	})
 	s := cfg.Sinks["kafka"]
@@ -206,8 +207,8 @@ VALUES ($1, $2, $3, '{}') RETURNING id::text`, r.entity, "agg-"+r.name, r.pk).Sc
 	}
 	pgtest.Exec(t, pool, `INSERT INTO billing_events (entity, aggregate_id, partition_key, payload) VALUES ('invoice', 'agg-empty-key', '', '{}')`)
 	col := collect(t, brokers, "billing.invoice", "billing.")
-	runRelay(t, baseConfig(dsn, brokers, config.Source{Name: "billing", Table: "public.billing_events", Layout: config.Layout{
-		ID: "id", Payload: "payload", Topic: "billing.{entity}", Key: "{partition_key|aggregate_id}", State: config.State{Mode: "delete"},
+	runRelay(t, baseConfig(dsn, brokers, config.Source{Name: "billing", Table: "public.billing_events", Layout: layout.Spec{
+		ID: "id", Payload: "payload", Topic: "billing.{entity}", Key: "{partition_key|aggregate_id}", State: layout.State{Mode: "delete"},
 	}}))
 	recs := col.waitDistinct(t, 3, 30*time.Second)
 	keys := map[string]string{}
@@ -254,9 +255,9 @@ VALUES (gen_random_uuid(), 'journey', 'journey.created', '{}', clock_timestamp()
 		t.Fatal(err)
 	}
 	src := config.Source{Name: "jm", Table: "journey_matcher.outbox", Preset: "published-flag",
-		Layout: config.Layout{ExtraHeaders: map[string]string{"correlation_id": "{correlation_id}", "origin": "journeys/{aggregate_type}"}}}
+		Layout: layout.Spec{ExtraHeaders: map[string]string{"correlation_id": "{correlation_id}", "origin": "journeys/{aggregate_type}"}}}
 	bad := src
-	bad.Layout = config.Layout{ExtraHeaders: map[string]string{"event_id": "{correlation_id}"}}
+	bad.Layout = layout.Spec{ExtraHeaders: map[string]string{"event_id": "{correlation_id}"}}
 	a, err := app.Open(ctx, baseConfig(dsn, brokers, bad), testLogger(t))
 	if err != nil {
 		t.Fatal(err)

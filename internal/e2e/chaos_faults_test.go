@@ -18,6 +18,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	eventledger "github.com/outbox-relay/outbox-relay/internal/ledger"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
@@ -34,8 +35,8 @@ const chaosTable = `CREATE TABLE outbox (
 // chaosSource relays chaosTable.
 func chaosSource(batch, pipeline int) config.Source {
 	return config.Source{Name: "chaos", Table: "public.outbox", BatchSize: batch, Pipeline: pipeline,
-		Layout: config.Layout{ID: "id", Payload: "payload", Topic: "{topic}", Key: "{k}", CreatedAt: "created_at", OrderBy: "id",
-			State: config.State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at"}}}}
+		Layout: layout.Spec{ID: "id", Payload: "payload", Topic: "{topic}", Key: "{k}", CreatedAt: "created_at", OrderBy: "id",
+			State: layout.State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at"}}}}
 }
 
 // chaosBacklog is a new database whose chaosTable holds rows committed

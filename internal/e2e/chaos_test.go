@@ -15,6 +15,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	eventledger "github.com/outbox-relay/outbox-relay/internal/ledger"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
@@ -187,8 +188,8 @@ func TestChaosKeylessPoison(t *testing.T) {
 	}
 	c := kafkaCluster(t, kfake.SeedTopics(4, "ev"))
 	cfg := baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "ev", Table: "public.outbox", Topic: "ev", BatchSize: 100, Pipeline: 4,
-		Layout: config.Layout{ID: "id", Payload: "payload", Key: "{k}", EventType: "event_type",
-			State: config.State{Mode: "flag", Flag: "published"}}})
+		Layout: layout.Spec{ID: "id", Payload: "payload", Key: "{k}", EventType: "event_type",
+			State: layout.State{Mode: "flag", Flag: "published"}}})
 	// A failed row backs off for an hour: a keyless row held behind one
 	// would not arrive within the test.
 	cfg.Sources[0].Backoff = config.Backoff{Initial: config.Duration(time.Hour), Max: config.Duration(time.Hour)}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
@@ -112,7 +113,7 @@ INSERT INTO events (topic, k, payload) SELECT 'orders', CASE WHEN n = 50 THEN 'a
 	col := collect(t, brokers, "orders")
 	cfg := baseConfig(dsn, brokers, config.Source{
 		Name: "ev", Table: "public.events", BatchSize: 5,
-		Layout: config.Layout{ID: "id", Payload: "payload", Topic: "{topic}", Key: "{k}", State: config.State{Mode: "delete"}},
+		Layout: layout.Spec{ID: "id", Payload: "payload", Topic: "{topic}", Key: "{k}", State: layout.State{Mode: "delete"}},
 		// A long backoff: the failing row stays in retry_state for the
 		// whole test.
 		Backoff: config.Backoff{Initial: config.Duration(time.Minute), Max: config.Duration(time.Minute)},

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
@@ -42,8 +43,8 @@ func TestPayloadColumnTypes(t *testing.T) {
 		topics = append(topics, "t_"+c.typ)
 		sources = append(sources, config.Source{
 			Name: c.typ, Table: "public.p_" + c.typ, Topic: "t_" + c.typ,
-			Layout: config.Layout{ID: "id", Payload: "payload", PayloadFormat: c.format,
-				State: config.State{Mode: "timestamp", PublishedAt: []string{"published_at"}}},
+			Layout: layout.Spec{ID: "id", Payload: "payload", PayloadFormat: c.format,
+				State: layout.State{Mode: "timestamp", PublishedAt: []string{"published_at"}}},
 		})
 	}
 	cl := kafkaCluster(t, kfake.SeedTopics(1, topics...))

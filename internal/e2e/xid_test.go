@@ -8,6 +8,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
@@ -28,7 +29,7 @@ func TestXIDColumnHoldsLateCommits(t *testing.T) {
 	col := collect(t, c.ListenAddrs(), "ev")
 	runRelay(t, baseConfig(dsn, c.ListenAddrs(), config.Source{
 		Name: "ev", Table: "public.events", Topic: "ev",
-		Layout: config.Layout{ID: "id", Payload: "payload", Key: "{k}", XIDColumn: "tx", State: config.State{Mode: "delete"}},
+		Layout: layout.Spec{ID: "id", Payload: "payload", Key: "{k}", XIDColumn: "tx", State: layout.State{Mode: "delete"}},
 	}))
 	// The wake-up trigger is installed at start; wait for it so that the
 	// open transaction below does not hold its creation up.

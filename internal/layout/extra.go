@@ -2,8 +2,6 @@ package layout
 
 import (
 	"fmt"
-
-	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // AddExtra asks the store to render template t for every claimed row, as
@@ -11,7 +9,7 @@ import (
 // needs is NULL). Routes use it for the columns their conditions compare and
 // for their own topic templates. field names the setting, for errors; every
 // column t references must be in cols.
-func (l *Layout) AddExtra(field string, t config.Template, cols []Column) (int, error) {
+func (l *Layout) AddExtra(field string, t Template, cols []Column) (int, error) {
 	for _, name := range t.Columns() {
 		found := false
 		for _, c := range cols {

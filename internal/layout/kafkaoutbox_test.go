@@ -3,8 +3,6 @@ package layout
 import (
 	"slices"
 	"testing"
-
-	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // kafkaOutboxCols is seed 004's kafka_outbox as PostgreSQL describes it.
@@ -19,7 +17,7 @@ func kafkaOutboxCols() []Column {
 }
 
 func TestKafkaOutboxPreset(t *testing.T) {
-	merged, explicit, err := Merge("kafka-outbox", config.Layout{}, "")
+	merged, explicit, err := Merge("kafka-outbox", Spec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +45,7 @@ func TestKafkaOutboxPreset(t *testing.T) {
 }
 
 func TestErroredBooleanColumn(t *testing.T) {
-	over := config.Layout{State: config.State{Errored: "dead"}}
+	over := Spec{State: State{Errored: "dead"}}
 	merged, explicit, err := Merge("status", over, "")
 	if err != nil {
 		t.Fatal(err)
@@ -78,15 +76,15 @@ func TestClaimStateErrors(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name  string
-		over  config.Layout
+		over  Spec
 		cols  []Column
 		field string
 		msg   string
 	}{
-		{"errored is text", config.Layout{}, retype("errored", "text"), "state.errored", `column "errored" is text; want a boolean or integer column`},
-		{"named errored missing", config.Layout{State: config.State{Errored: "failed_flag"}}, all, "state.errored", `column "failed_flag" not found in public.kafka_outbox`},
-		{"named claim column missing", config.Layout{State: config.State{ClaimedAt: "claimed"}}, all, "state.claimed_at", `column "claimed" not found in public.kafka_outbox`},
-		{"only batch_id in the table", config.Layout{}, drop("push_started_at"), "state", "batch_id and claimed_at need each other: found only one of them in the table"},
+		{"errored is text", Spec{}, retype("errored", "text"), "state.errored", `column "errored" is text; want a boolean or integer column`},
+		{"named errored missing", Spec{State: State{Errored: "failed_flag"}}, all, "state.errored", `column "failed_flag" not found in public.kafka_outbox`},
+		{"named claim column missing", Spec{State: State{ClaimedAt: "claimed"}}, all, "state.claimed_at", `column "claimed" not found in public.kafka_outbox`},
+		{"only batch_id in the table", Spec{}, drop("push_started_at"), "state", "batch_id and claimed_at need each other: found only one of them in the table"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			merged, explicit, err := Merge("kafka-outbox", tt.over, "")
@@ -98,13 +96,13 @@ func TestClaimStateErrors(t *testing.T) {
 		})
 	}
 	// A preset's errored column the table lacks is dropped.
-	merged, explicit, _ := Merge("kafka-outbox", config.Layout{}, "")
+	merged, explicit, _ := Merge("kafka-outbox", Spec{}, "")
 	l, err := Resolve(merged, explicit, "public.kafka_outbox", drop("errored"))
 	if err != nil || l.Errored.Name != "" {
 		t.Fatalf("without errored: %+v, %v", l, err)
 	}
 	// Mode delete has no row left to mark.
-	merged, explicit, _ = Merge("delete", config.Layout{State: config.State{Errored: "errored"}}, "")
+	merged, explicit, _ = Merge("delete", Spec{State: State{Errored: "errored"}}, "")
 	_, err = Resolve(merged, explicit, "public.kafka_outbox", append(all, Column{Name: "payload", Type: "jsonb"}))
 	wantFieldError(t, err, "state.errored", "not used with mode delete (a dead-lettered row is deleted)")
 }

@@ -1,7 +1,9 @@
 // Package layout maps an outbox table's columns to events. A layout is data:
 // a preset (see Presets) merged with a source's overrides, then checked
 // against the real table's columns so that a typo fails at start with the
-// field that names it.
+// field that names it. The package owns the layout as a configuration
+// writes it (Spec), its templates and table names, and needs nothing beyond
+// the standard library: configuration and stores both build on it.
 package layout
 
 import (
@@ -9,8 +11,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-
-	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // Column is one column of an outbox table as the database describes it.
@@ -35,18 +35,18 @@ type Layout struct {
 	// which hold nothing else.
 	PayloadJSON bool
 
-	Topic, Key, PartitionKey config.Template
+	Topic, Key, PartitionKey Template
 	// OrderKeys are tried in turn; the first that is not empty is the row's
 	// order key (the partition key, falling back to the key, as the Kafka
 	// partition does). None at all means one global order.
-	OrderKeys []config.Template
+	OrderKeys []Template
 
 	Headers, EventType, AggregateType, AggregateID, CreatedAt string
 	OrderBy, XID, RetryCount, MaxRetries, Error               string
 
 	// Extra are templates rendered for each row into source.Row.Extra
 	// (see AddExtra).
-	Extra []config.Template
+	Extra []Template
 	// HeaderExtras are the headers the configuration adds (extra_headers),
 	// each rendered into source.Row.Extra.
 	HeaderExtras []HeaderExtra
@@ -108,8 +108,8 @@ func (e *FieldError) Error() string { return e.Field + ": " + e.Msg }
 // empty, replaces the topic template. It returns the merged layout and the
 // set of fields the source set itself (those must exist in the table; a
 // preset's optional columns that the table lacks are dropped instead).
-func Merge(preset string, over config.Layout, topic string) (config.Layout, map[string]bool, error) {
-	var l config.Layout
+func Merge(preset string, over Spec, topic string) (Spec, map[string]bool, error) {
+	var l Spec
 	if preset != "" {
 		p, ok := Presets[preset]
 		if !ok {
@@ -168,7 +168,7 @@ func Merge(preset string, over config.Layout, topic string) (config.Layout, map[
 }
 
 // Resolve checks a merged layout against the table's columns.
-func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Column) (*Layout, error) {
+func Resolve(l Spec, explicit map[string]bool, table string, cols []Column) (*Layout, error) {
 	byName := make(map[string]Column, len(cols))
 	for _, c := range cols {
 		byName[c.Name] = c
@@ -284,14 +284,14 @@ func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Col
 		return nil, err
 	}
 
-	tmpl := func(field, src string, required bool) (config.Template, error) {
+	tmpl := func(field, src string, required bool) (Template, error) {
 		if src == "" {
 			if required {
 				return nil, &FieldError{field, "required"}
 			}
 			return nil, nil
 		}
-		t, err := config.ParseTemplate(src)
+		t, err := ParseTemplate(src)
 		if err != nil {
 			return nil, &FieldError{field, err.Error()}
 		}
@@ -318,7 +318,7 @@ func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Col
 	if err != nil {
 		return nil, err
 	}
-	for _, t := range []config.Template{orderKey, out.PartitionKey, out.Key} {
+	for _, t := range []Template{orderKey, out.PartitionKey, out.Key} {
 		if len(t) > 0 {
 			out.OrderKeys = append(out.OrderKeys, t)
 			if l.OrderKey != "" {
@@ -328,7 +328,7 @@ func Resolve(l config.Layout, explicit map[string]bool, table string, cols []Col
 	}
 	for _, name := range slices.Sorted(maps.Keys(l.ExtraHeaders)) {
 		field := "extra_headers." + name
-		t, err := config.ParseTemplate(l.ExtraHeaders[name])
+		t, err := ParseTemplate(l.ExtraHeaders[name])
 		if err != nil {
 			return nil, &FieldError{field, err.Error()}
 		}
@@ -351,7 +351,7 @@ type HeaderExtra struct {
 // resolveClaimState fills the errored flag and the claim columns. They are
 // optional: a preset's column the table lacks is dropped, one the source
 // named itself must exist.
-func resolveClaimState(out *Layout, st config.State, explicit map[string]bool, byName map[string]Column, missing func(field, col string) error) error {
+func resolveClaimState(out *Layout, st State, explicit map[string]bool, byName map[string]Column, missing func(field, col string) error) error {
 	pick := func(field, name string) (Column, error) {
 		if name == "" {
 			return Column{}, nil

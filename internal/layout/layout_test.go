@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 const table = "public.outbox"
@@ -64,7 +62,7 @@ func viewOf(l *Layout) view {
 }
 
 // resolve merges and resolves, failing the test on a Merge error.
-func resolve(t *testing.T, preset string, over config.Layout, topic string, names ...string) (*Layout, error) {
+func resolve(t *testing.T, preset string, over Spec, topic string, names ...string) (*Layout, error) {
 	t.Helper()
 	l, explicit, err := Merge(preset, over, topic)
 	if err != nil {
@@ -73,7 +71,7 @@ func resolve(t *testing.T, preset string, over config.Layout, topic string, name
 	return Resolve(l, explicit, table, cols(names...))
 }
 
-func mustResolve(t *testing.T, preset string, over config.Layout, topic string, names ...string) view {
+func mustResolve(t *testing.T, preset string, over Spec, topic string, names ...string) view {
 	t.Helper()
 	l, err := resolve(t, preset, over, topic, names...)
 	if err != nil {
@@ -110,7 +108,7 @@ func TestPresetNames(t *testing.T) {
 }
 
 func TestMergeUnknownPreset(t *testing.T) {
-	l, explicit, err := Merge("outbox", config.Layout{ID: "id"}, "")
+	l, explicit, err := Merge("outbox", Spec{ID: "id"}, "")
 	wantFieldError(t, err, "preset", `unknown preset "outbox" (have: delete, kafka-outbox, payment-queue, prisma, published-flag, status)`)
 	if explicit != nil {
 		t.Errorf("explicit = %v with an error, want nil", explicit)
@@ -119,13 +117,13 @@ func TestMergeUnknownPreset(t *testing.T) {
 }
 
 func TestMergeOverrides(t *testing.T) {
-	over := config.Layout{
+	over := Spec{
 		Topic:         "events.{event_type}",
 		Key:           "{id}",
 		Headers:       "meta",
 		PayloadFormat: "raw",
 		XIDColumn:     "xid",
-		State:         config.State{Pending: "NEW", PublishedAt: []string{"sent_at"}},
+		State:         State{Pending: "NEW", PublishedAt: []string{"sent_at"}},
 	}
 	l, explicit, err := Merge("status", over, "")
 	if err != nil {
@@ -148,15 +146,15 @@ func TestMergeOverrides(t *testing.T) {
 }
 
 func TestMergeEveryOverrideIsExplicit(t *testing.T) {
-	over := config.Layout{
+	over := Spec{
 		ID: "i", Payload: "p", PayloadFormat: "json", Topic: "{t}", Key: "{k}", PartitionKey: "{pk}", OrderKey: "{ok}",
 		Headers: "h", EventType: "et", AggregateType: "at", AggregateID: "ai", CreatedAt: "ca", OrderBy: "ob",
 		XIDColumn: "x", RetryCount: "rc", MaxRetries: "mr", Error: "e", ExtraHeaders: map[string]string{"X": "{x}"},
-		State: config.State{Mode: "status", Flag: "f", PublishedAt: []string{"pa"}, Status: "s", Pending: "P", Published: "D", Failed: "F",
-			Errored: "er", BatchID: "b", ClaimedAt: "c", Queue: config.Queue{Attempts: "qa", Participant: "qp", Sequence: "qs",
+		State: State{Mode: "status", Flag: "f", PublishedAt: []string{"pa"}, Status: "s", Pending: "P", Published: "D", Failed: "F",
+			Errored: "er", BatchID: "b", ClaimedAt: "c", Queue: QueueSpec{Attempts: "qa", Participant: "qp", Sequence: "qs",
 				Due: "qd", AttemptNo: "qn", Status: "qst", ClaimedAt: "qc", CompletedAt: "qcc", RailReference: "qrr",
 				RailCode: "qrc", ErrorCode: "qec", ErrorMessage: "qem", LatencyMS: "ql", Channel: "qch",
-				States: config.QueueStates{Dispatching: "1", Dispatched: "2", Retryable: "3", Failed: "4", Zombie: "5"}}},
+				States: QueueStates{Dispatching: "1", Dispatched: "2", Retryable: "3", Failed: "4", Zombie: "5"}}},
 	}
 	for _, preset := range append(PresetNames(), "") {
 		l, explicit, err := Merge(preset, over, "")
@@ -194,7 +192,7 @@ func TestMergeEveryOverrideIsExplicit(t *testing.T) {
 
 func TestMergePresetOnly(t *testing.T) {
 	for _, name := range PresetNames() {
-		l, explicit, err := Merge(name, config.Layout{}, "")
+		l, explicit, err := Merge(name, Spec{}, "")
 		if err != nil {
 			t.Fatalf("Merge(%q): %v", name, err)
 		}
@@ -208,7 +206,7 @@ func TestMergePresetOnly(t *testing.T) {
 }
 
 func TestMergeDoesNotAliasPreset(t *testing.T) {
-	l, _, err := Merge("published-flag", config.Layout{}, "")
+	l, _, err := Merge("published-flag", Spec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +230,7 @@ func TestMergeSourceTopic(t *testing.T) {
 		{"source's over layout's", "orders", "audit", "audit", true},
 	}
 	for _, tt := range tests {
-		l, explicit, err := Merge("delete", config.Layout{Topic: tt.layoutTopc}, tt.srcTopic)
+		l, explicit, err := Merge("delete", Spec{Topic: tt.layoutTopc}, tt.srcTopic)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -243,10 +241,10 @@ func TestMergeSourceTopic(t *testing.T) {
 }
 
 func TestMergeRequiresMode(t *testing.T) {
-	_, _, err := Merge("", config.Layout{ID: "id", Payload: "payload", Topic: "t"}, "")
+	_, _, err := Merge("", Spec{ID: "id", Payload: "payload", Topic: "t"}, "")
 	wantFieldError(t, err, "state.mode", "required: set a preset or layout.state.mode (flag|timestamp|status|delete|queue)")
 
-	l, explicit, err := Merge("", config.Layout{ID: "id", State: config.State{Mode: "delete"}}, "t")
+	l, explicit, err := Merge("", Spec{ID: "id", State: State{Mode: "delete"}}, "t")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +285,7 @@ func TestResolvePublishedFlag(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := mustResolve(t, "published-flag", config.Layout{}, "", tt.names...)
+			got := mustResolve(t, "published-flag", Spec{}, "", tt.names...)
 			want := base
 			want.PublishedAt, want.CreatedAt, want.AggregateType, want.OrderBy = tt.publishedAt, tt.createdAt, tt.aggregateType, tt.orderBy
 			if !reflect.DeepEqual(got, want) {
@@ -298,7 +296,7 @@ func TestResolvePublishedFlag(t *testing.T) {
 }
 
 func TestResolveStatus(t *testing.T) {
-	got := mustResolve(t, "status", config.Layout{}, "", statusCols...)
+	got := mustResolve(t, "status", Spec{}, "", statusCols...)
 	want := view{
 		ID: idCol, Payload: payloadCol, PayloadJSON: true,
 		Topic: "{topic}", Key: "{aggregate_id}", PartitionKey: "{partition_key}",
@@ -314,7 +312,7 @@ func TestResolveStatus(t *testing.T) {
 
 	// The preset's optional columns and templates are dropped when the
 	// table lacks them; the order key falls back to the key.
-	got = mustResolve(t, "status", config.Layout{}, "",
+	got = mustResolve(t, "status", Spec{}, "",
 		without(statusCols, "partition_key", "headers", "retry_count", "max_retries", "published_at", "event_type")...)
 	want.PartitionKey, want.OrderKeys = "", []string{"{aggregate_id}"}
 	want.Headers, want.RetryCount, want.MaxRetries, want.PublishedAt, want.EventType = "", "", "", "", ""
@@ -323,7 +321,7 @@ func TestResolveStatus(t *testing.T) {
 	}
 
 	// Without aggregate_id either, there is no key: one global order.
-	got = mustResolve(t, "status", config.Layout{}, "", without(statusCols, "partition_key", "aggregate_id")...)
+	got = mustResolve(t, "status", Spec{}, "", without(statusCols, "partition_key", "aggregate_id")...)
 	if got.Key != "" || got.PartitionKey != "" || got.OrderKeys != nil || got.AggregateID != "" {
 		t.Errorf("without key columns: Key %q PartitionKey %q OrderKeys %q AggregateID %q, want all empty",
 			got.Key, got.PartitionKey, got.OrderKeys, got.AggregateID)
@@ -331,7 +329,7 @@ func TestResolveStatus(t *testing.T) {
 }
 
 func TestResolvePrisma(t *testing.T) {
-	got := mustResolve(t, "prisma", config.Layout{}, "", prismaCols...)
+	got := mustResolve(t, "prisma", Spec{}, "", prismaCols...)
 	want := view{
 		ID: idCol, Payload: payloadCol, PayloadJSON: true,
 		Topic: "{eventType}", Key: "{aggregateId}", OrderKeys: []string{"{aggregateId}"},
@@ -344,12 +342,12 @@ func TestResolvePrisma(t *testing.T) {
 		t.Errorf("layout:\n got %+v\nwant %+v", got, want)
 	}
 	// Snake-case columns do not match the preset's camelCase ones.
-	_, err := resolve(t, "prisma", config.Layout{}, "", "id", "payload", "event_type", "status")
+	_, err := resolve(t, "prisma", Spec{}, "", "id", "payload", "event_type", "status")
 	wantFieldError(t, err, "topic", `column "eventType" not found in public.outbox`)
 }
 
 func TestResolveDelete(t *testing.T) {
-	got := mustResolve(t, "delete", config.Layout{}, "", deleteCols...)
+	got := mustResolve(t, "delete", Spec{}, "", deleteCols...)
 	want := view{
 		ID: idCol, Payload: payloadCol, PayloadJSON: true,
 		Topic: "{topic}", Key: "{key}", OrderKeys: []string{"{key}"},
@@ -358,7 +356,7 @@ func TestResolveDelete(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("layout:\n got %+v\nwant %+v", got, want)
 	}
-	got = mustResolve(t, "delete", config.Layout{}, "", "id", "payload", "topic")
+	got = mustResolve(t, "delete", Spec{}, "", "id", "payload", "topic")
 	if got.Key != "" || got.OrderKeys != nil {
 		t.Errorf("without a key column: Key %q OrderKeys %q, want none", got.Key, got.OrderKeys)
 	}
@@ -369,31 +367,31 @@ func TestResolveExplicitColumnMustExist(t *testing.T) {
 	// by the source, it must exist.
 	tests := []struct {
 		field string
-		over  config.Layout
+		over  Spec
 		col   string
 	}{
-		{"aggregate_type", config.Layout{AggregateType: "aggregate_type"}, "aggregate_type"},
-		{"created_at", config.Layout{CreatedAt: "created_at"}, "created_at"},
-		{"event_type", config.Layout{EventType: "kind"}, "kind"},
-		{"headers", config.Layout{Headers: "headers"}, "headers"},
-		{"order_by", config.Layout{OrderBy: "seq"}, "seq"},
-		{"xid_column", config.Layout{XIDColumn: "txid"}, "txid"},
-		{"retry_count", config.Layout{RetryCount: "retries"}, "retries"},
-		{"max_retries", config.Layout{MaxRetries: "max_retries"}, "max_retries"},
-		{"error", config.Layout{Error: "last_error"}, "last_error"},
-		{"key", config.Layout{Key: "{aggregate_type}:{aggregate_id}"}, "aggregate_type"},
-		{"partition_key", config.Layout{PartitionKey: "{tenant}"}, "tenant"},
-		{"order_key", config.Layout{OrderKey: "{tenant}"}, "tenant"},
-		{"topic", config.Layout{Topic: "orders.{tenant}"}, "tenant"},
-		{"state.flag", config.Layout{State: config.State{Flag: "sent"}}, "sent"},
-		{"id", config.Layout{ID: "event_id"}, "event_id"},
-		{"payload", config.Layout{Payload: "body"}, "body"},
+		{"aggregate_type", Spec{AggregateType: "aggregate_type"}, "aggregate_type"},
+		{"created_at", Spec{CreatedAt: "created_at"}, "created_at"},
+		{"event_type", Spec{EventType: "kind"}, "kind"},
+		{"headers", Spec{Headers: "headers"}, "headers"},
+		{"order_by", Spec{OrderBy: "seq"}, "seq"},
+		{"xid_column", Spec{XIDColumn: "txid"}, "txid"},
+		{"retry_count", Spec{RetryCount: "retries"}, "retries"},
+		{"max_retries", Spec{MaxRetries: "max_retries"}, "max_retries"},
+		{"error", Spec{Error: "last_error"}, "last_error"},
+		{"key", Spec{Key: "{aggregate_type}:{aggregate_id}"}, "aggregate_type"},
+		{"partition_key", Spec{PartitionKey: "{tenant}"}, "tenant"},
+		{"order_key", Spec{OrderKey: "{tenant}"}, "tenant"},
+		{"topic", Spec{Topic: "orders.{tenant}"}, "tenant"},
+		{"state.flag", Spec{State: State{Flag: "sent"}}, "sent"},
+		{"id", Spec{ID: "event_id"}, "event_id"},
+		{"payload", Spec{Payload: "body"}, "body"},
 	}
 	names := without(flagCols, "aggregate_type", "created_at")
 	for _, tt := range tests {
 		t.Run(tt.field, func(t *testing.T) {
 			// The preset alone resolves on this table.
-			if _, err := resolve(t, "published-flag", config.Layout{}, "", names...); err != nil {
+			if _, err := resolve(t, "published-flag", Spec{}, "", names...); err != nil {
 				t.Fatalf("preset alone: %v", err)
 			}
 			_, err := resolve(t, "published-flag", tt.over, "", names...)
@@ -404,27 +402,27 @@ func TestResolveExplicitColumnMustExist(t *testing.T) {
 
 func TestResolveTopic(t *testing.T) {
 	// The preset's topic column is missing: the topic is required.
-	_, err := resolve(t, "published-flag", config.Layout{}, "", without(flagCols, "event_type")...)
+	_, err := resolve(t, "published-flag", Spec{}, "", without(flagCols, "event_type")...)
 	wantFieldError(t, err, "topic", `column "event_type" not found in public.outbox`)
 
 	// The source's topic replaces it, literal or not.
-	got := mustResolve(t, "published-flag", config.Layout{}, "orders", without(flagCols, "event_type")...)
+	got := mustResolve(t, "published-flag", Spec{}, "orders", without(flagCols, "event_type")...)
 	if got.Topic != "orders" {
 		t.Errorf("Topic = %q, want orders", got.Topic)
 	}
-	got = mustResolve(t, "published-flag", config.Layout{}, "{aggregate_type}.{event_type}.v1", flagCols...)
+	got = mustResolve(t, "published-flag", Spec{}, "{aggregate_type}.{event_type}.v1", flagCols...)
 	if got.Topic != "{aggregate_type}.{event_type}.v1" {
 		t.Errorf("Topic = %q", got.Topic)
 	}
-	_, err = resolve(t, "published-flag", config.Layout{}, "{aggregate_type}.{kind}", flagCols...)
+	_, err = resolve(t, "published-flag", Spec{}, "{aggregate_type}.{kind}", flagCols...)
 	wantFieldError(t, err, "topic", `column "kind" not found in public.outbox`)
 
 	// No topic at all.
-	_, err = resolve(t, "", config.Layout{ID: "id", Payload: "payload", State: config.State{Mode: "delete"}}, "", deleteCols...)
+	_, err = resolve(t, "", Spec{ID: "id", Payload: "payload", State: State{Mode: "delete"}}, "", deleteCols...)
 	wantFieldError(t, err, "topic", "required")
 
 	// A template that does not parse.
-	_, err = resolve(t, "delete", config.Layout{}, "orders.{", deleteCols...)
+	_, err = resolve(t, "delete", Spec{}, "orders.{", deleteCols...)
 	var fe *FieldError
 	if !errors.As(err, &fe) || fe.Field != "topic" || !strings.Contains(fe.Msg, `unclosed "{"`) {
 		t.Errorf("error = %v, want a topic FieldError about the unclosed brace", err)
@@ -432,8 +430,8 @@ func TestResolveTopic(t *testing.T) {
 }
 
 func TestResolveStatusModeRequiresValues(t *testing.T) {
-	full := config.Layout{ID: "id", Payload: "payload", Topic: "t",
-		State: config.State{Mode: "status", Status: "state", Pending: "P", Published: "D", Failed: "F"}}
+	full := Spec{ID: "id", Payload: "payload", Topic: "t",
+		State: State{Mode: "status", Status: "state", Pending: "P", Published: "D", Failed: "F"}}
 	names := []string{"id", "payload", "state"}
 	got := mustResolve(t, "", full, "", names...)
 	if got.Status != "state" || got.Pending != "P" || got.Published != "D" || got.Failed != "F" {
@@ -461,19 +459,19 @@ func TestResolveStatusModeRequiresValues(t *testing.T) {
 	wantFieldError(t, err, "state.status", `column "state" not found in public.outbox`)
 
 	// The status preset's status column must exist too.
-	_, err = resolve(t, "status", config.Layout{}, "", without(statusCols, "status")...)
+	_, err = resolve(t, "status", Spec{}, "", without(statusCols, "status")...)
 	wantFieldError(t, err, "state.status", `column "status" not found in public.outbox`)
 }
 
 func TestResolveFlagAndTimestampModes(t *testing.T) {
-	_, err := resolve(t, "published-flag", config.Layout{}, "", without(flagCols, "published")...)
+	_, err := resolve(t, "published-flag", Spec{}, "", without(flagCols, "published")...)
 	wantFieldError(t, err, "state.flag", `column "published" not found in public.outbox`)
 
-	_, err = resolve(t, "", config.Layout{ID: "id", Payload: "payload", Topic: "t", State: config.State{Mode: "flag"}}, "", "id", "payload")
+	_, err = resolve(t, "", Spec{ID: "id", Payload: "payload", Topic: "t", State: State{Mode: "flag"}}, "", "id", "payload")
 	wantFieldError(t, err, "state.flag", "required")
 
-	ts := config.Layout{ID: "id", Payload: "payload", Topic: "t",
-		State: config.State{Mode: "timestamp", PublishedAt: []string{"sent_at", "delivered_at"}}}
+	ts := Spec{ID: "id", Payload: "payload", Topic: "t",
+		State: State{Mode: "timestamp", PublishedAt: []string{"sent_at", "delivered_at"}}}
 	got := mustResolve(t, "", ts, "", "id", "payload", "delivered_at")
 	if got.PublishedAt != "delivered_at" || got.Mode != "timestamp" {
 		t.Errorf("timestamp layout: PublishedAt %q Mode %q, want delivered_at timestamp", got.PublishedAt, got.Mode)
@@ -486,26 +484,26 @@ func TestResolveFlagAndTimestampModes(t *testing.T) {
 	wantFieldError(t, err, "state.published_at", "required for mode timestamp")
 
 	// Candidates named by the source must exist even in flag mode.
-	_, err = resolve(t, "published-flag", config.Layout{State: config.State{PublishedAt: []string{"sent_at"}}}, "", flagCols...)
+	_, err = resolve(t, "published-flag", Spec{State: State{PublishedAt: []string{"sent_at"}}}, "", flagCols...)
 	wantFieldError(t, err, "state.published_at", "none of the columns sent_at found in public.outbox")
 
-	_, err = resolve(t, "", config.Layout{ID: "id", Payload: "payload", Topic: "t", State: config.State{Mode: "archive"}}, "", "id", "payload")
+	_, err = resolve(t, "", Spec{ID: "id", Payload: "payload", Topic: "t", State: State{Mode: "archive"}}, "", "id", "payload")
 	wantFieldError(t, err, "state.mode", `must be flag, timestamp, status, delete or queue, got "archive"`)
 }
 
 func TestResolveOrderKeys(t *testing.T) {
 	tests := []struct {
 		name  string
-		over  config.Layout
+		over  Spec
 		names []string
 		want  []string
 	}{
-		{"partition key then key", config.Layout{}, statusCols, []string{"{partition_key}", "{aggregate_id}"}},
-		{"key alone", config.Layout{}, without(statusCols, "partition_key"), []string{"{aggregate_id}"}},
-		{"explicit order key alone", config.Layout{OrderKey: "{aggregate_type}/{aggregate_id}"}, statusCols,
+		{"partition key then key", Spec{}, statusCols, []string{"{partition_key}", "{aggregate_id}"}},
+		{"key alone", Spec{}, without(statusCols, "partition_key"), []string{"{aggregate_id}"}},
+		{"explicit order key alone", Spec{OrderKey: "{aggregate_type}/{aggregate_id}"}, statusCols,
 			[]string{"{aggregate_type}/{aggregate_id}"}},
-		{"explicit literal order key: one global order", config.Layout{OrderKey: "all"}, statusCols, []string{"all"}},
-		{"explicit partition key", config.Layout{PartitionKey: "{event_type}"}, statusCols, []string{"{event_type}", "{aggregate_id}"}},
+		{"explicit literal order key: one global order", Spec{OrderKey: "all"}, statusCols, []string{"all"}},
+		{"explicit partition key", Spec{PartitionKey: "{event_type}"}, statusCols, []string{"{event_type}", "{aggregate_id}"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -518,17 +516,17 @@ func TestResolveOrderKeys(t *testing.T) {
 }
 
 func TestResolveOrderBy(t *testing.T) {
-	noPreset := config.Layout{ID: "id", Payload: "payload", Topic: "t", State: config.State{Mode: "delete"}}
+	noPreset := Spec{ID: "id", Payload: "payload", Topic: "t", State: State{Mode: "delete"}}
 	tests := []struct {
 		name  string
-		over  config.Layout
+		over  Spec
 		names []string
 		want  string
 	}{
-		{"created_at", config.Layout{CreatedAt: "created_at"}, []string{"id", "payload", "created_at"}, "created_at"},
-		{"id", config.Layout{}, []string{"id", "payload"}, "id"},
-		{"explicit", config.Layout{CreatedAt: "created_at", OrderBy: "seq"}, []string{"id", "payload", "created_at", "seq"}, "seq"},
-		{"custom id", config.Layout{ID: "event_id"}, []string{"event_id", "payload"}, "event_id"},
+		{"created_at", Spec{CreatedAt: "created_at"}, []string{"id", "payload", "created_at"}, "created_at"},
+		{"id", Spec{}, []string{"id", "payload"}, "id"},
+		{"explicit", Spec{CreatedAt: "created_at", OrderBy: "seq"}, []string{"id", "payload", "created_at", "seq"}, "seq"},
+		{"custom id", Spec{ID: "event_id"}, []string{"event_id", "payload"}, "event_id"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -550,18 +548,18 @@ func TestResolveOrderBy(t *testing.T) {
 	}
 	// A preset whose order_by and created_at columns are both missing
 	// orders by id.
-	got := mustResolve(t, "published-flag", config.Layout{}, "", without(flagCols, "created_at")...)
+	got := mustResolve(t, "published-flag", Spec{}, "", without(flagCols, "created_at")...)
 	if got.OrderBy != "id" || got.CreatedAt != "" {
 		t.Errorf("OrderBy %q CreatedAt %q, want id and none", got.OrderBy, got.CreatedAt)
 	}
 }
 
 func TestResolvePayloadFormatAndTypes(t *testing.T) {
-	got := mustResolve(t, "delete", config.Layout{PayloadFormat: "raw"}, "", deleteCols...)
+	got := mustResolve(t, "delete", Spec{PayloadFormat: "raw"}, "", deleteCols...)
 	if got.PayloadJSON {
 		t.Error("payload_format raw: PayloadJSON = true, want false")
 	}
-	l, explicit, err := Merge("delete", config.Layout{}, "")
+	l, explicit, err := Merge("delete", Spec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -575,10 +573,10 @@ func TestResolvePayloadFormatAndTypes(t *testing.T) {
 }
 
 func TestResolveMissingRequired(t *testing.T) {
-	_, err := resolve(t, "delete", config.Layout{}, "", "payload", "topic")
+	_, err := resolve(t, "delete", Spec{}, "", "payload", "topic")
 	wantFieldError(t, err, "id", `column "id" not found in public.outbox`)
-	_, err = resolve(t, "delete", config.Layout{}, "", "id", "topic")
+	_, err = resolve(t, "delete", Spec{}, "", "id", "topic")
 	wantFieldError(t, err, "payload", `column "payload" not found in public.outbox`)
-	_, err = resolve(t, "", config.Layout{Payload: "payload", Topic: "t", State: config.State{Mode: "delete"}}, "", "id", "payload")
+	_, err = resolve(t, "", Spec{Payload: "payload", Topic: "t", State: State{Mode: "delete"}}, "", "id", "payload")
 	wantFieldError(t, err, "id", "required")
 }

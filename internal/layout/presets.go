@@ -2,14 +2,12 @@ package layout
 
 import (
 	"sort"
-
-	"github.com/outbox-relay/outbox-relay/internal/config"
 )
 
 // Presets are the built-in layouts for the outbox shapes teams already have.
 // A source names one and may override any field; a new shape needs only
 // config.
-var Presets = map[string]config.Layout{
+var Presets = map[string]Spec{
 	// published-flag: a boolean `published` plus a published timestamp named
 	// published_at or processed_at; events keyed by aggregate, topic by event
 	// type (seed 000's service outboxes).
@@ -18,7 +16,7 @@ var Presets = map[string]config.Layout{
 		Topic: "{event_type}", Key: "{aggregate_id}",
 		EventType: "event_type", AggregateType: "aggregate_type", AggregateID: "aggregate_id",
 		CreatedAt: "created_at", OrderBy: "created_at",
-		State: config.State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at", "processed_at"}},
+		State: State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at", "processed_at"}},
 	},
 	// status: a `status` column pending/published/failed with retry_count,
 	// per-row max_retries, a topic column, partition_key and JSON headers
@@ -29,7 +27,7 @@ var Presets = map[string]config.Layout{
 		Headers: "headers", EventType: "event_type", AggregateType: "aggregate_type", AggregateID: "aggregate_id",
 		CreatedAt: "created_at", OrderBy: "created_at",
 		RetryCount: "retry_count", MaxRetries: "max_retries",
-		State: config.State{Mode: "status", Status: "status", Pending: "pending", Published: "published", Failed: "failed",
+		State: State{Mode: "status", Status: "status", Pending: "pending", Published: "published", Failed: "failed",
 			PublishedAt: []string{"published_at"}},
 	},
 	// prisma: Prisma's quoted camelCase columns with a status enum and an
@@ -39,7 +37,7 @@ var Presets = map[string]config.Layout{
 		Topic: "{eventType}", Key: "{aggregateId}",
 		EventType: "eventType", AggregateType: "aggregateType", AggregateID: "aggregateId",
 		CreatedAt: "createdAt", OrderBy: "createdAt", Error: "error",
-		State: config.State{Mode: "status", Status: "status", Pending: "pending", Published: "published", Failed: "failed",
+		State: State{Mode: "status", Status: "status", Pending: "pending", Published: "published", Failed: "failed",
 			PublishedAt: []string{"publishedAt"}},
 	},
 	// kafka-outbox: the kafka_outbox table the relay owns and migrates in the
@@ -54,7 +52,7 @@ var Presets = map[string]config.Layout{
 		Topic: "{topic}", Key: "{key}", PartitionKey: "{partition_key}",
 		Headers: "payload_headers", CreatedAt: "created_at", OrderBy: "id",
 		RetryCount: "push_attempts", Error: "error_reason",
-		State: config.State{Mode: "timestamp", PublishedAt: []string{"push_completed_at"},
+		State: State{Mode: "timestamp", PublishedAt: []string{"push_completed_at"},
 			Errored: "errored", BatchID: "batch_id", ClaimedAt: "push_started_at"},
 	},
 	// payment-queue: seed 003's payment dispatch queue. The hot table
@@ -67,10 +65,10 @@ var Presets = map[string]config.Layout{
 		EventType: "rail_type", AggregateID: "instruction_id",
 		CreatedAt: "created_at", OrderBy: "sequence_id", RetryCount: "attempt_count",
 		ExtraHeaders: map[string]string{"idempotency_key": "{idempotency_key}", "sequence_id": "{sequence_id}"},
-		State: config.State{Mode: "queue", Queue: config.Queue{
+		State: State{Mode: "queue", Queue: QueueSpec{
 			Attempts: "payment_outbox_attempts", Participant: "participant_id", Sequence: "sequence_id",
 			Due: "next_attempt_at", AttemptNo: "attempt_no", Status: "state",
-			States: config.QueueStates{Dispatching: "DISPATCHING", Dispatched: "DISPATCHED", Retryable: "RETRYABLE",
+			States: QueueStates{Dispatching: "DISPATCHING", Dispatched: "DISPATCHED", Retryable: "RETRYABLE",
 				Failed: "FAILED", Zombie: "ZOMBIE_REQUEUE"},
 			ClaimedAt: "claimed_at", CompletedAt: "completed_at", RailReference: "rail_reference", RailCode: "rail_code",
 			ErrorCode: "error_code", ErrorMessage: "error_message", LatencyMS: "latency_ms", Channel: "outbox_pending",
@@ -80,7 +78,7 @@ var Presets = map[string]config.Layout{
 	"delete": {
 		ID: "id", Payload: "payload", PayloadFormat: "json",
 		Topic: "{topic}", Key: "{key}", OrderBy: "id",
-		State: config.State{Mode: "delete"},
+		State: State{Mode: "delete"},
 	},
 }
 

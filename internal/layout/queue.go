@@ -1,16 +1,14 @@
 package layout
 
-import "github.com/outbox-relay/outbox-relay/internal/config"
-
 // Queue is a resolved mode queue: the hot table's own columns, and the
 // archive's configuration.
 type Queue struct {
 	Participant, Sequence, Due Column
-	Archive                    config.Queue
+	Archive                    QueueSpec
 }
 
 // mergeQueue overlays a source's queue fields on its preset's.
-func mergeQueue(q *config.Queue, over config.Queue, set func(name string, dst *string, v string)) {
+func mergeQueue(q *QueueSpec, over QueueSpec, set func(name string, dst *string, v string)) {
 	for _, f := range []struct {
 		name string
 		dst  *string
@@ -43,7 +41,7 @@ func mergeQueue(q *config.Queue, over config.Queue, set func(name string, dst *s
 // resolveQueue checks mode queue's settings against the hot table: its
 // participant, sequence and due columns must exist; the archive's table,
 // attempt number, status and every state must be named.
-func resolveQueue(q config.Queue, need func(field, col string) (Column, error)) (*Queue, error) {
+func resolveQueue(q QueueSpec, need func(field, col string) (Column, error)) (*Queue, error) {
 	out := &Queue{Archive: q}
 	var err error
 	if out.Participant, err = need("state.queue.participant", q.Participant); err != nil {

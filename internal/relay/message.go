@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -32,7 +32,7 @@ var (
 
 // missingTopic says which columns a topic template needed.
 func missingTopic(template string) error {
-	t, err := config.ParseTemplate(template)
+	t, err := layout.ParseTemplate(template)
 	if err != nil || len(t.Columns()) == 0 {
 		return fmt.Errorf("%w: the template %q rendered nothing", errNoTopic, template)
 	}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
 // CleanupAge is how long delivered rows are kept by the cleanup job, as by
@@ -46,7 +47,7 @@ func runJob(ctx context.Context, job string, db config.Database, s config.Source
 	if db.Driver != "postgres" {
 		return fmt.Errorf("driver %s: not supported by this job yet", db.Driver)
 	}
-	schema, table, err := config.ParseTableName(s.Table)
+	schema, table, err := layout.ParseTableName(s.Table)
 	if err != nil {
 		return err
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
@@ -29,7 +29,7 @@ func TestCompleteIsOneTransaction(t *testing.T) {
 			insertJourneys(t, e, 0, []string{"a1", "a2", "a3"})
 			e.exec(t, `CREATE TRIGGER refuse BEFORE UPDATE ON outbox FOR EACH ROW
 BEGIN IF `+refused+` THEN SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'refused by the test'; END IF; END`)
-			st, _ := e.store(t, e.db, "jm", "outbox", "published-flag", config.Layout{}, true)
+			st, _ := e.store(t, e.db, "jm", "outbox", "published-flag", layout.Spec{}, true)
 			b, err := st.Claim(ctx, 10)
 			if err != nil || b == nil || len(b.Rows()) != 3 {
 				t.Fatalf("claim: %v, %v", b, err)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
@@ -92,7 +91,7 @@ func (h *myHarness) NewTable(t *testing.T, preset string) sourcetest.Table {
 	default:
 		t.Fatalf("no table for preset %q", preset)
 	}
-	merged, explicit, err := layout.Merge(preset, config.Layout{}, "")
+	merged, explicit, err := layout.Merge(preset, layout.Spec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
@@ -24,8 +23,8 @@ func TestTimestampTableTellsDeadFromDelivered(t *testing.T) {
 			e := newEnv(t)
 			e.exec(t, "CREATE TABLE events (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(20) NOT NULL, payload JSON NOT NULL, published_at "+typ+")",
 				`INSERT INTO events (k, payload) VALUES ('a', '{}'), ('b', '{}')`)
-			st, _ := e.store(t, e.db, "ev", "events", "", config.Layout{
-				ID: "id", Payload: "payload", Key: "{k}", Topic: "ev", State: config.State{Mode: "timestamp", PublishedAt: []string{"published_at"}},
+			st, _ := e.store(t, e.db, "ev", "events", "", layout.Spec{
+				ID: "id", Payload: "payload", Key: "{k}", Topic: "ev", State: layout.State{Mode: "timestamp", PublishedAt: []string{"published_at"}},
 			}, true)
 			b, err := st.Claim(ctx, 10)
 			if err != nil || b == nil || len(b.Rows()) != 2 {
@@ -67,7 +66,7 @@ func TestPurgeDead(t *testing.T) {
 	e := newEnv(t)
 	e.exec(t, journeys)
 	insertJourneys(t, e, 0, []string{"a1"})
-	st, _ := e.store(t, e.db, "jm", "outbox", "published-flag", config.Layout{}, true)
+	st, _ := e.store(t, e.db, "jm", "outbox", "published-flag", layout.Spec{}, true)
 	b, err := st.Claim(ctx, 10)
 	if err != nil || b == nil {
 		t.Fatalf("claim: %v %v", b, err)
@@ -106,7 +105,7 @@ func TestListFailedByReasonNewestFirst(t *testing.T) {
 	e := newEnv(t)
 	e.exec(t, journeys)
 	insertJourneys(t, e, 0, []string{"a1", "a2", "a3"})
-	st, _ := e.store(t, e.db, "jm", "outbox", "published-flag", config.Layout{}, true)
+	st, _ := e.store(t, e.db, "jm", "outbox", "published-flag", layout.Spec{}, true)
 	b, err := st.Claim(ctx, 10)
 	if err != nil || b == nil || len(b.Rows()) != 3 {
 		t.Fatalf("claim: %v %v", b, err)

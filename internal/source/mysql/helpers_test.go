@@ -5,7 +5,6 @@ import (
 	"database/sql"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
@@ -55,7 +54,7 @@ func (e *env) exec(t testing.TB, stmts ...string) {
 }
 
 // store resolves a layout against table and builds its store on db.
-func (e *env) store(t testing.TB, db *sql.DB, name, table, preset string, over config.Layout, ordering bool) (*mysql.Store, *layout.Layout) {
+func (e *env) store(t testing.TB, db *sql.DB, name, table, preset string, over layout.Spec, ordering bool) (*mysql.Store, *layout.Layout) {
 	t.Helper()
 	merged, explicit, err := layout.Merge(preset, over, "")
 	if err != nil {
@@ -122,9 +121,9 @@ const kafkaOutbox = `CREATE TABLE kafka_outbox (
 
 // kafkaLayout maps kafka_outbox: delivered when push_completed_at is set,
 // the partition key falling back to the key.
-var kafkaLayout = config.Layout{
+var kafkaLayout = layout.Spec{
 	ID: "id", Payload: "payload_json", PayloadFormat: "json",
 	Topic: "{topic}", Key: "{key}", PartitionKey: "{partition_key}", Headers: "payload_headers",
 	CreatedAt: "created_at", OrderBy: "id", RetryCount: "push_attempts", Error: "error_reason",
-	State: config.State{Mode: "timestamp", PublishedAt: []string{"push_completed_at"}},
+	State: layout.State{Mode: "timestamp", PublishedAt: []string{"push_completed_at"}},
 }

@@ -10,7 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 )
@@ -149,7 +149,7 @@ func TestManagedTableAdoptsOriginal(t *testing.T) {
   AND COLUMN_NAME = 'push_completed_at' AND SEQ_IN_INDEX = 1`, e.appDB); n != 1 {
 		t.Errorf("index on push_completed_at after adoption: %d", n)
 	}
-	st, _ := e.store(t, e.db, "orig", "kafka_outbox", "kafka-outbox", config.Layout{}, true)
+	st, _ := e.store(t, e.db, "orig", "kafka_outbox", "kafka-outbox", layout.Spec{}, true)
 	b, err := st.Claim(ctx, 10)
 	if err != nil || b == nil || len(b.Rows()) != 1 || b.Rows()[0].ID != "1" {
 		t.Fatalf("claim on the adopted table: %v %v", b, err)
@@ -183,7 +183,7 @@ func TestKafkaOutboxDeadAndReplay(t *testing.T) {
 	}
 	e.exec(t, "INSERT INTO kafka_outbox (topic, payload_json, `key`, push_attempts, batch_id, push_started_at) "+
 		"VALUES ('orders', 'not json', 'k', 4, UUID(), UTC_TIMESTAMP(6) - INTERVAL 1 DAY)")
-	st, _ := e.store(t, e.db, "ko", "kafka_outbox", "kafka-outbox", config.Layout{}, true)
+	st, _ := e.store(t, e.db, "ko", "kafka_outbox", "kafka-outbox", layout.Spec{}, true)
 	b, err := st.Claim(ctx, 10)
 	if err != nil || b == nil {
 		t.Fatalf("claim of a day-old foreign claim: %v %v", b, err)
@@ -249,7 +249,7 @@ func TestForeignClaimHoldsItsKey(t *testing.T) {
 	}
 	e.exec(t, "INSERT INTO kafka_outbox (topic, payload_json, `key`, batch_id, push_started_at) VALUES "+
 		"('orders', '{\"n\":1}', 'k', UUID(), UTC_TIMESTAMP(6)), ('orders', '{\"n\":2}', 'k', NULL, NULL), ('orders', '{\"n\":3}', 'j', NULL, NULL)")
-	_, l := e.store(t, e.db, "ko", "kafka_outbox", "kafka-outbox", config.Layout{}, true)
+	_, l := e.store(t, e.db, "ko", "kafka_outbox", "kafka-outbox", layout.Spec{}, true)
 	opts := mysql.Options{Source: "ko", Table: mysql.Table{Name: "kafka_outbox"}, RelayDatabase: e.relayDB, Layout: l,
 		Ordering: true, ClaimTimeout: time.Minute}
 	if err := opts.Validate(); err != nil {
@@ -295,7 +295,7 @@ func TestForeignClaimsReadOncePerClaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.exec(t, "INSERT INTO kafka_outbox (topic, payload_json, `key`) VALUES ('orders', '{}', 'k'), ('orders', '{}', 'j')")
-	st, _ := e.store(t, e.db, "ko", "kafka_outbox", "kafka-outbox", config.Layout{}, true)
+	st, _ := e.store(t, e.db, "ko", "kafka_outbox", "kafka-outbox", layout.Spec{}, true)
 	claim := mysql.ClaimSQL(st)
 	// The claim's source placeholders, its window's (twice) and its limit.
 	args := []any{"ko", "ko", "ko", "ko", 20, "ko", "ko", 20, "ko", 10}

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
@@ -22,9 +22,9 @@ const blobOutbox = `CREATE TABLE blob_outbox (
   created_at DATETIME(6) NOT NULL
 )`
 
-var blobLayout = config.Layout{
+var blobLayout = layout.Spec{
 	ID: "id", Payload: "payload", PayloadFormat: "raw", Topic: "{topic}", CreatedAt: "created_at", OrderBy: "id",
-	State: config.State{Mode: "delete"},
+	State: layout.State{Mode: "delete"},
 }
 
 // TestBlobPayloadAndDeletedReplay sends bytes that are not UTF-8 through a
@@ -109,9 +109,9 @@ func TestReplayUpdatedRow(t *testing.T) {
   retry_count SMALLINT NOT NULL DEFAULT 0,
   last_error VARCHAR(40) NULL
 )`, `INSERT INTO st_outbox (topic, payload) VALUES ('t', '{"a": 1}')`)
-	st, _ := e.store(t, e.db, "st", "st_outbox", "", config.Layout{
+	st, _ := e.store(t, e.db, "st", "st_outbox", "", layout.Spec{
 		ID: "id", Payload: "payload", Topic: "{topic}", OrderBy: "id", RetryCount: "retry_count", Error: "last_error",
-		State: config.State{Mode: "status", Status: "status", Pending: "pending", Published: "published", Failed: "failed"},
+		State: layout.State{Mode: "status", Status: "status", Pending: "pending", Published: "published", Failed: "failed"},
 	}, false)
 	b, err := st.Claim(ctx, 10)
 	if err != nil || b == nil {
@@ -170,7 +170,7 @@ func TestPrivilegeCheck(t *testing.T) {
 	user := "relay_" + mytest.Suffix()
 	mytest.Exec(t, admin, "CREATE USER '"+user+"'@'%' IDENTIFIED BY 'pw'")
 	t.Cleanup(func() { _, _ = admin.Exec("DROP USER IF EXISTS '" + user + "'@'%'") })
-	_, l := e.store(t, e.db, "priv", "outbox", "published-flag", config.Layout{}, false)
+	_, l := e.store(t, e.db, "priv", "outbox", "published-flag", layout.Spec{}, false)
 	need := l.NeededPrivileges()
 	if !slicesEqual(need, []string{"SELECT", "UPDATE"}) {
 		t.Fatalf("needed %v", need)
@@ -232,7 +232,7 @@ func TestStoreClaimTimeout(t *testing.T) {
 	insertJourneys(t, e, 0, []string{"a", "b"})
 	db := e.open(t, mysql.ConnOptions{ClaimTimeout: 90 * time.Second})
 	db.SetMaxOpenConns(1)
-	_, l := e.store(t, db, "ct", "outbox", "published-flag", config.Layout{}, false)
+	_, l := e.store(t, db, "ct", "outbox", "published-flag", layout.Spec{}, false)
 	pool := mysql.New(db, mysql.Options{Source: "ct", Table: mysql.Table{Name: "outbox"}, RelayDatabase: e.relayDB, Layout: l})
 	if got := pool.ClaimTimeout(); got != 90*time.Second {
 		t.Errorf("store without a claim timeout: %s, want the pool's 90s", got)

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
@@ -21,7 +20,7 @@ func oldPublished(t *testing.T, e *env, n int) *layout.Layout {
 	t.Helper()
 	e.exec(t, journeys)
 	insertOld(t, e, n, "")
-	_, l := e.store(t, e.db, "jm", "outbox", "published-flag", config.Layout{}, true)
+	_, l := e.store(t, e.db, "jm", "outbox", "published-flag", layout.Spec{}, true)
 	return l
 }
 

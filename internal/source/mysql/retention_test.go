@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
@@ -22,7 +21,7 @@ const week = 7 * 24 * time.Hour
 // retentionTable is one outbox shape for the retention tests.
 type retentionTable struct {
 	name, preset string
-	over         config.Layout
+	over         layout.Spec
 	ddl          string
 	// insert adds one row and returns its id.
 	insert func(t *testing.T, db *sql.DB, n int) string
@@ -101,8 +100,8 @@ VALUES (?, ?, 'orders', JSON_OBJECT('n', ?), UTC_TIMESTAMP(6) + INTERVAL ? MICRO
 		// A published timestamp and nothing else: a dead letter sets it
 		// too, and only failed_events tells it from a delivered row.
 		name: "custom-timestamp",
-		over: config.Layout{ID: "id", Payload: "payload", Topic: "{topic}", CreatedAt: "created_at",
-			State: config.State{Mode: "timestamp", PublishedAt: []string{"sent_at"}}},
+		over: layout.Spec{ID: "id", Payload: "payload", Topic: "{topic}", CreatedAt: "created_at",
+			State: layout.State{Mode: "timestamp", PublishedAt: []string{"sent_at"}}},
 		ddl: `CREATE TABLE events (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, topic VARCHAR(100) NOT NULL, payload JSON NOT NULL,
   created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), sent_at DATETIME(6) NULL, KEY idx_sent (sent_at))`,
 		insert: func(t *testing.T, db *sql.DB, n int) string {
@@ -113,8 +112,8 @@ VALUES (?, ?, 'orders', JSON_OBJECT('n', ?), UTC_TIMESTAMP(6) + INTERVAL ? MICRO
 	{
 		// A flag and binary ids: the open dead letters tell dead rows apart.
 		name: "custom-flag-binary",
-		over: config.Layout{ID: "id", Payload: "payload", Topic: "{topic}", CreatedAt: "created_at",
-			State: config.State{Mode: "flag", Flag: "done"}},
+		over: layout.Spec{ID: "id", Payload: "payload", Topic: "{topic}", CreatedAt: "created_at",
+			State: layout.State{Mode: "flag", Flag: "done"}},
 		ddl: `CREATE TABLE jobs (id BINARY(16) NOT NULL PRIMARY KEY, topic VARCHAR(100) NOT NULL, payload JSON NOT NULL,
   created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), done BOOLEAN NOT NULL DEFAULT FALSE, KEY idx_done (done))`,
 		insert: func(t *testing.T, db *sql.DB, n int) string {
@@ -318,7 +317,7 @@ func TestPurgeDeleteLayout(t *testing.T) {
 	e := newEnv(t)
 	e.exec(t, "CREATE TABLE jobs (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, topic VARCHAR(100) NOT NULL, `key` VARCHAR(100) NULL, payload JSON NOT NULL)",
 		"INSERT INTO jobs (topic, payload) VALUES ('t', '{}')")
-	_, l := e.store(t, e.db, "jobs", "jobs", "delete", config.Layout{}, true)
+	_, l := e.store(t, e.db, "jobs", "jobs", "delete", layout.Spec{}, true)
 	res, err := mysql.Purge(context.Background(), e.db, mysql.PurgeParams{Source: "jobs", Table: mysql.Table{Name: "jobs"},
 		RelayDatabase: e.relayDB, Layout: l, OlderThan: week})
 	if err != nil {
@@ -334,8 +333,8 @@ func TestPurgeNoAge(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t)
 	e.exec(t, "CREATE TABLE ev (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, topic VARCHAR(100) NOT NULL, payload JSON NOT NULL, done BOOLEAN NOT NULL DEFAULT FALSE)")
-	_, l := e.store(t, e.db, "ev", "ev", "", config.Layout{ID: "id", Payload: "payload", Topic: "{topic}",
-		State: config.State{Mode: "flag", Flag: "done"}}, true)
+	_, l := e.store(t, e.db, "ev", "ev", "", layout.Spec{ID: "id", Payload: "payload", Topic: "{topic}",
+		State: layout.State{Mode: "flag", Flag: "done"}}, true)
 	_, err := mysql.Purge(context.Background(), e.db, mysql.PurgeParams{Source: "ev", Table: mysql.Table{Name: "ev"}, RelayDatabase: e.relayDB, Layout: l})
 	if !errors.Is(err, mysql.ErrNoAge) {
 		t.Errorf("purge without a date column: %v, want ErrNoAge", err)

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
@@ -43,7 +42,7 @@ func asText(expr string) string { return "CAST(" + expr + " AS CHAR CHARACTER SE
 // templateSQL renders a template as a text expression that is NULL when a
 // reference finds its column, and every fallback, NULL or empty (CONCAT
 // propagates NULL).
-func templateSQL(t config.Template, alias string) string {
+func templateSQL(t layout.Template, alias string) string {
 	var parts []string
 	for _, p := range t {
 		if p.Column != "" {
@@ -69,7 +68,7 @@ func templateSQL(t config.Template, alias string) string {
 	return "CONCAT(" + strings.Join(parts, ", ") + ")"
 }
 
-func templateOrNull(t config.Template, alias string) string {
+func templateOrNull(t layout.Template, alias string) string {
 	if len(t) == 0 {
 		return "NULL"
 	}

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
@@ -43,7 +43,7 @@ func TestClaimSkipLockedAndComplete(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t)
 	e.exec(t, journeys)
-	st, l := e.store(t, e.db, "jm", "outbox", "published-flag", config.Layout{}, true)
+	st, l := e.store(t, e.db, "jm", "outbox", "published-flag", layout.Spec{}, true)
 	if l.PublishedAt != "published_at" || l.Flag != "published" || l.PayloadJSON {
 		t.Fatalf("layout resolved to %+v", l)
 	}
@@ -123,7 +123,7 @@ func TestClaimSkipLockedAndComplete(t *testing.T) {
 		_ = b4.Release(ctx)
 	}
 	// Without ordering, only the backing-off row itself waits.
-	unordered, _ := e.store(t, e.db, "jm", "outbox", "published-flag", config.Layout{}, false)
+	unordered, _ := e.store(t, e.db, "jm", "outbox", "published-flag", layout.Spec{}, false)
 	b5, err := unordered.Claim(ctx, 10)
 	if err != nil || b5 == nil || !slices.Contains(ids(b5.Rows()), more[0]) || slices.Contains(ids(b5.Rows()), id[1]) {
 		t.Fatalf("unordered claim: %v %v", b5, err)

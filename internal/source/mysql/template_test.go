@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
 // TestTemplateEmptyPartAndFallback: an empty or NULL column makes its
@@ -16,8 +16,8 @@ func TestTemplateEmptyPartAndFallback(t *testing.T) {
 	e.exec(t, "CREATE TABLE billing_events (id BIGINT AUTO_INCREMENT PRIMARY KEY, entity VARCHAR(20), aggregate_id VARCHAR(20) NOT NULL, partition_key VARCHAR(20), payload JSON NOT NULL)",
 		`INSERT INTO billing_events (entity, aggregate_id, partition_key, payload) VALUES
   ('invoice', 'a1', 'p1', '{}'), ('invoice', 'a2', NULL, '{}'), ('invoice', 'a3', '', '{}'), ('', 'a4', 'p4', '{}'), (NULL, 'a5', 'p5', '{}')`)
-	st, _ := e.store(t, e.db, "billing", "billing_events", "", config.Layout{
-		ID: "id", Payload: "payload", Topic: "billing.{entity}", Key: "{partition_key|aggregate_id}", State: config.State{Mode: "delete"},
+	st, _ := e.store(t, e.db, "billing", "billing_events", "", layout.Spec{
+		ID: "id", Payload: "payload", Topic: "billing.{entity}", Key: "{partition_key|aggregate_id}", State: layout.State{Mode: "delete"},
 	}, true)
 	b, err := st.Claim(ctx, 10)
 	if err != nil || b == nil || len(b.Rows()) != 5 {

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
@@ -32,7 +32,7 @@ FROM generate_series(1, 3) n`)
 			pgtest.Exec(t, pool, `CREATE FUNCTION refuse() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN IF NEW.status = '`+refuse+`' THEN RAISE EXCEPTION 'refused by the test'; END IF; RETURN NEW; END $$;
 CREATE TRIGGER refuse BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION refuse()`)
-			st, _ := newStore(t, pool, "s", postgres.Table{Schema: "public", Name: "outbox"}, "status", config.Layout{}, true)
+			st, _ := newStore(t, pool, "s", postgres.Table{Schema: "public", Name: "outbox"}, "status", layout.Spec{}, true)
 			b, err := st.Claim(ctx, 10)
 			if err != nil || b == nil || len(b.Rows()) != 3 {
 				t.Fatalf("claim: %v, %v", b, err)

@@ -4,8 +4,8 @@ import (
 	"context"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
@@ -26,7 +26,7 @@ func BenchmarkClaim(b *testing.B) {
 	pgtest.Exec(b, pool, fixtures.Seed001, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, partition_key, payload, headers)
 SELECT 'Order', gen_random_uuid(), 'order.created', 'orders', 'p-' || (i % 100), jsonb_build_object('i', i, 'pad', repeat('x', 150)),
   '{"traceId": "4bf92f3577b34da6"}' FROM generate_series(1, 1000) i`, "VACUUM ANALYZE outbox")
-	st, _ := newStore(b, pool, "bench", postgres.Table{Schema: "public", Name: "outbox"}, "status", config.Layout{}, true)
+	st, _ := newStore(b, pool, "bench", postgres.Table{Schema: "public", Name: "outbox"}, "status", layout.Spec{}, true)
 	b.ReportAllocs()
 	for b.Loop() {
 		batch, err := st.Claim(ctx, 1000)

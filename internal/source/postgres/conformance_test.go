@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
@@ -81,7 +80,7 @@ func (h *pgHarness) NewTable(t *testing.T, preset string) sourcetest.Table {
 	default:
 		t.Fatalf("no table for preset %q", preset)
 	}
-	merged, explicit, err := layout.Merge(preset, config.Layout{}, "")
+	merged, explicit, err := layout.Merge(preset, layout.Spec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

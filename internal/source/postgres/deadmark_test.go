@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
@@ -26,8 +25,8 @@ func TestTimestampTableTellsDeadFromDelivered(t *testing.T) {
 			pgtest.Exec(t, pool, `CREATE TABLE events (id BIGSERIAL PRIMARY KEY, k TEXT NOT NULL, payload JSONB NOT NULL,
   published_at `+typ+`);
 INSERT INTO events (k, payload) VALUES ('a', '{}'), ('b', '{}')`)
-			st, _ := newStore(t, pool, "ev", postgres.Table{Schema: "public", Name: "events"}, "", config.Layout{
-				ID: "id", Payload: "payload", Key: "{k}", Topic: "ev", State: config.State{Mode: "timestamp", PublishedAt: []string{"published_at"}},
+			st, _ := newStore(t, pool, "ev", postgres.Table{Schema: "public", Name: "events"}, "", layout.Spec{
+				ID: "id", Payload: "payload", Key: "{k}", Topic: "ev", State: layout.State{Mode: "timestamp", PublishedAt: []string{"published_at"}},
 			}, true)
 			b, err := st.Claim(ctx, 10)
 			if err != nil || b == nil || len(b.Rows()) != 2 {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
@@ -38,7 +38,7 @@ SELECT 'Order', gen_random_uuid(), 'order.placed', 'orders', jsonb_build_object(
 	if err != nil || la == nil {
 		t.Fatalf("a: %+v %v", la, err)
 	}
-	st, _ := newStore(t, ownerPool(t, dsn, "a"), "s", tbl, "status", config.Layout{}, true)
+	st, _ := newStore(t, ownerPool(t, dsn, "a"), "s", tbl, "status", layout.Spec{}, true)
 	st.Fence.Set(la)
 	b1, err := st.Claim(ctx, 2)
 	if err != nil || b1 == nil {
@@ -72,7 +72,7 @@ SELECT 'Order', gen_random_uuid(), 'order.placed', 'orders', jsonb_build_object(
 		t.Fatalf("deposed holder's Claim = %v, %v; want no batch", b2, err)
 	}
 	// The new holder's batch completes.
-	st2, _ := newStore(t, pool, "s", tbl, "status", config.Layout{}, true)
+	st2, _ := newStore(t, pool, "s", tbl, "status", layout.Spec{}, true)
 	st2.Fence.Set(lb)
 	b3, err := st2.Claim(ctx, 10)
 	if err != nil || b3 == nil {
@@ -96,7 +96,7 @@ func TestEndOwnerEndsTheClaims(t *testing.T) {
 SELECT 'Order', gen_random_uuid(), 'order.placed', 'orders', '{}' FROM generate_series(1, 4) n`)
 	tbl := postgres.Table{Schema: "public", Name: "outbox"}
 	aPool := ownerPool(t, dsn, "a")
-	st, _ := newStore(t, aPool, "s", tbl, "status", config.Layout{}, true)
+	st, _ := newStore(t, aPool, "s", tbl, "status", layout.Spec{}, true)
 	held, err := st.Claim(ctx, 2) // a frozen holder's open claim
 	if err != nil || held == nil {
 		t.Fatalf("claim: %v %v", held, err)

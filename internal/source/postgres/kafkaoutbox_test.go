@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
@@ -143,7 +143,7 @@ func TestKafkaOutboxDeadAndReplay(t *testing.T) {
 RETURNING id::text`).Scan(&id); err != nil {
 		t.Fatal(err)
 	}
-	st, _ := newStore(t, pool, "ko", tbl, "kafka-outbox", config.Layout{}, true)
+	st, _ := newStore(t, pool, "ko", tbl, "kafka-outbox", layout.Spec{}, true)
 	b, err := st.Claim(ctx, 10)
 	if err != nil || b == nil {
 		t.Fatalf("claim: %v %v", b, err)
@@ -210,7 +210,7 @@ func TestForeignClaimHoldsItsKey(t *testing.T) {
   ('orders', '{"n":1}', 'k', 'other-relay', now()::timestamp),
   ('orders', '{"n":2}', 'k', NULL, NULL),
   ('orders', '{"n":3}', 'j', NULL, NULL)`)
-	_, l := newStore(t, pool, "ko", tbl, "kafka-outbox", config.Layout{}, true)
+	_, l := newStore(t, pool, "ko", tbl, "kafka-outbox", layout.Spec{}, true)
 	st := postgres.New(pool, postgres.Options{Source: "ko", Table: tbl, RelaySchema: relaySchema, Layout: l, Ordering: true,
 		ClaimTimeout: time.Minute})
 	claim := func() []string {

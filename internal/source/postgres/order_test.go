@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
@@ -41,7 +41,7 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', $1, jsonb_build_ob
 			t.Fatal(err)
 		}
 	}
-	st, _ := newStore(t, pool, "s", postgres.Table{Schema: "public", Name: "outbox"}, "status", config.Layout{}, true)
+	st, _ := newStore(t, pool, "s", postgres.Table{Schema: "public", Name: "outbox"}, "status", layout.Spec{}, true)
 	inOrder := func(b source.Batch) {
 		t.Helper()
 		last := map[string]int{}

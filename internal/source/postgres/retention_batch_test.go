@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -33,7 +32,7 @@ FROM generate_series(1, $1) i`, n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, l := newStore(t, pool, "jm", journeys, "published-flag", config.Layout{}, true)
+	_, l := newStore(t, pool, "jm", journeys, "published-flag", layout.Spec{}, true)
 	return pool, l
 }
 
@@ -241,7 +240,7 @@ func TestPurgeDeleteLayout(t *testing.T) {
 	pgtest.Exec(t, pool, "CREATE TABLE public.jobs (id bigserial PRIMARY KEY, topic text NOT NULL, key text, payload jsonb NOT NULL)",
 		"INSERT INTO public.jobs (topic, payload) VALUES ('t', '{}')")
 	tbl := postgres.Table{Schema: "public", Name: "jobs"}
-	_, l := newStore(t, pool, "jobs", tbl, "delete", config.Layout{}, true)
+	_, l := newStore(t, pool, "jobs", tbl, "delete", layout.Spec{}, true)
 	res, err := postgres.Purge(ctx, pool, postgres.PurgeParams{Source: "jobs", Table: tbl, RelaySchema: relaySchema, Layout: l})
 	if err != nil {
 		t.Fatal(err)
@@ -257,8 +256,8 @@ func TestPurgeNoAge(t *testing.T) {
 	_, pool := migrated(t)
 	pgtest.Exec(t, pool, "CREATE TABLE public.ev (id bigserial PRIMARY KEY, topic text NOT NULL, payload jsonb NOT NULL, done boolean NOT NULL DEFAULT false)")
 	tbl := postgres.Table{Schema: "public", Name: "ev"}
-	_, l := newStore(t, pool, "ev", tbl, "", config.Layout{ID: "id", Payload: "payload", Topic: "{topic}",
-		State: config.State{Mode: "flag", Flag: "done"}}, true)
+	_, l := newStore(t, pool, "ev", tbl, "", layout.Spec{ID: "id", Payload: "payload", Topic: "{topic}",
+		State: layout.State{Mode: "flag", Flag: "done"}}, true)
 	_, err := postgres.Purge(context.Background(), pool, postgres.PurgeParams{Source: "ev", Table: tbl, RelaySchema: relaySchema, Layout: l})
 	if !errors.Is(err, postgres.ErrNoAge) {
 		t.Errorf("purge without a date column: %v, want ErrNoAge", err)
@@ -311,7 +310,7 @@ func TestRetentionNeedsPrivileges(t *testing.T) {
 	ctx := context.Background()
 	dsn, pool := migrated(t)
 	pgtest.Exec(t, pool, fixtures.Seed000)
-	_, l := newStore(t, pool, "jm", journeys, "published-flag", config.Layout{}, true)
+	_, l := newStore(t, pool, "jm", journeys, "published-flag", layout.Spec{}, true)
 	role := "outbox_relay_ret_" + pgtest.Suffix()
 	ident := pgx.Identifier{role}.Sanitize()
 	pgtest.Exec(t, pool, "CREATE ROLE "+ident+" LOGIN")

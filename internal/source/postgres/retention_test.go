@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -21,7 +20,7 @@ const week = 7 * 24 * time.Hour
 // retentionTable is one outbox shape for the retention tests.
 type retentionTable struct {
 	preset string
-	over   config.Layout
+	over   layout.Spec
 	ddl    func(t *testing.T, dsn string, pool *pgxpool.Pool)
 	table  postgres.Table
 	insert string // inserts one row ($1 an int) and returns its id as text
@@ -72,8 +71,8 @@ VALUES ('ev' || $1::int || '-' || md5(random()::text), 't1', 'order.created', 'o
 	{
 		// A published timestamp and nothing else: a dead letter sets it
 		// too, and only failed_events tells it from a delivered row.
-		over: config.Layout{ID: "id", Payload: "payload", Topic: "{topic}", CreatedAt: "created_at",
-			State: config.State{Mode: "timestamp", PublishedAt: []string{"sent_at"}}},
+		over: layout.Spec{ID: "id", Payload: "payload", Topic: "{topic}", CreatedAt: "created_at",
+			State: layout.State{Mode: "timestamp", PublishedAt: []string{"sent_at"}}},
 		table: postgres.Table{Schema: "public", Name: "events"},
 		ddl: func(t *testing.T, _ string, pool *pgxpool.Pool) {
 			pgtest.Exec(t, pool, `CREATE TABLE public.events (id bigserial PRIMARY KEY, topic text NOT NULL, payload jsonb NOT NULL,

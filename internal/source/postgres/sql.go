@@ -6,7 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
@@ -39,7 +38,7 @@ func col(alias, name string) string { return alias + "." + QuoteIdent(name) }
 
 // templateSQL renders a template as a text expression that is NULL when a
 // reference finds its column, and every fallback, NULL or empty.
-func templateSQL(t config.Template, alias string) string {
+func templateSQL(t layout.Template, alias string) string {
 	var parts []string
 	for _, p := range t {
 		if p.Column != "" {
@@ -278,9 +277,9 @@ LEFT JOIN ` + rs + `.retry_state r ON r.source = $1 AND r.event_id = u.id`
 	return s
 }
 
-func templateIfSet(t config.Template) string { return templateIfSetAt(t, "o") }
+func templateIfSet(t layout.Template) string { return templateIfSetAt(t, "o") }
 
-func templateIfSetAt(t config.Template, alias string) string {
+func templateIfSetAt(t layout.Template, alias string) string {
 	if len(t) == 0 {
 		return ""
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -33,6 +32,11 @@ type Table struct {
 // String is the quoted, schema-qualified name.
 func (t Table) String() string { return pgx.Identifier{t.Schema, t.Name}.Sanitize() }
 
+// DefaultClaimTimeout is how long a claim may stay idle before the database
+// ends it, and how old another relay's unfinished claim must be before its
+// rows are taken back.
+const DefaultClaimTimeout = 10 * time.Minute
+
 // Options configure one source's store.
 type Options struct {
 	Source      string // the source's name
@@ -43,7 +47,7 @@ type Options struct {
 	// ClaimTimeout ends a claim left idle longer (the database closes its
 	// connection, so a hung relay's rows go back to the pending set), and
 	// is how old another relay's unfinished claim must be before its rows
-	// are taken back. Zero means config.DefaultClaimTimeout.
+	// are taken back. Zero means DefaultClaimTimeout.
 	ClaimTimeout time.Duration
 }
 
@@ -65,7 +69,7 @@ type Store struct {
 // table (see Columns).
 func New(pool *pgxpool.Pool, opts Options) *Store {
 	if opts.ClaimTimeout <= 0 {
-		opts.ClaimTimeout = config.DefaultClaimTimeout
+		opts.ClaimTimeout = DefaultClaimTimeout
 	}
 	opts.ClaimTimeout = max(opts.ClaimTimeout, time.Second)
 	return &Store{

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -32,7 +31,7 @@ func migrated(t *testing.T) (string, *pgxpool.Pool) {
 	return dsn, pool
 }
 
-func newStore(t testing.TB, pool *pgxpool.Pool, name string, tbl postgres.Table, preset string, over config.Layout, ordering bool) (*postgres.Store, *layout.Layout) {
+func newStore(t testing.TB, pool *pgxpool.Pool, name string, tbl postgres.Table, preset string, over layout.Spec, ordering bool) (*postgres.Store, *layout.Layout) {
 	t.Helper()
 	merged, explicit, err := layout.Merge(preset, over, "")
 	if err != nil {
@@ -152,7 +151,7 @@ func TestClaimSkipLockedAndComplete(t *testing.T) {
 	_, pool := migrated(t)
 	pgtest.Exec(t, pool, fixtures.Seed000)
 	tbl := postgres.Table{Schema: "journey_matcher", Name: "outbox"}
-	st, l := newStore(t, pool, "jm", tbl, "published-flag", config.Layout{}, true)
+	st, l := newStore(t, pool, "jm", tbl, "published-flag", layout.Spec{}, true)
 	if l.PublishedAt != "published_at" || l.Flag != "published" {
 		t.Fatalf("layout resolved to %+v", l)
 	}

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
@@ -25,8 +25,8 @@ func TestXIDBarrierIgnoresClaims(t *testing.T) {
 INSERT INTO events (k, payload) VALUES ('a', '{}')`)
 	relayPool := pgtest.Pool(t, dsn, postgres.ApplicationName("xid-test"))
 	tbl := postgres.Table{Schema: "public", Name: "events"}
-	_, l := newStore(t, relayPool, "ev", tbl, "", config.Layout{ID: "id", Payload: "payload", Key: "{k}", XIDColumn: "tx",
-		Topic: "ev", State: config.State{Mode: "delete"}}, true)
+	_, l := newStore(t, relayPool, "ev", tbl, "", layout.Spec{ID: "id", Payload: "payload", Key: "{k}", XIDColumn: "tx",
+		Topic: "ev", State: layout.State{Mode: "delete"}}, true)
 	st := postgres.New(relayPool, postgres.Options{Source: "ev", Table: tbl, RelaySchema: relaySchema, Layout: l, Ordering: true})
 	// Other tests' transactions (the barrier spans the cluster) may hold
 	// the first row back for a moment.

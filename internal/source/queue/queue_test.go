@@ -11,7 +11,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -38,7 +37,7 @@ func newQueue(t *testing.T) (*pgxpool.Pool, *queue.Store) {
 		t.Fatal(err)
 	}
 	tbl := postgres.Table{Schema: "payments", Name: "payment_outbox_pending"}
-	merged, explicit, err := layout.Merge(config.QueuePreset, config.Layout{}, "")
+	merged, explicit, err := layout.Merge("payment-queue", layout.Spec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
@@ -296,11 +295,11 @@ ORDER BY 1`, n.participant, n.sequence, n.hot, n.archive, n.status, n.settled())
 
 // archiveTable is the archive's table: qualified, or in the hot table's
 // schema.
-func archiveTable(hot postgres.Table, a config.Queue) (postgres.Table, error) {
+func archiveTable(hot postgres.Table, a layout.QueueSpec) (postgres.Table, error) {
 	if !strings.Contains(a.Attempts, ".") && !strings.Contains(a.Attempts, `"`) {
 		return postgres.Table{Schema: hot.Schema, Name: a.Attempts}, nil
 	}
-	schema, name, err := config.ParseTableName(a.Attempts)
+	schema, name, err := layout.ParseTableName(a.Attempts)
 	if err != nil {
 		return postgres.Table{}, fmt.Errorf("state.queue.attempts: %w", err)
 	}

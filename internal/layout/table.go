@@ -1,4 +1,4 @@
-package config
+package layout
 
 import (
 	"errors"
@@ -23,7 +23,7 @@ func ParseTableName(s string) (schema, table string, err error) {
 	fail := func(err error) (string, string, error) {
 		return "", "", fmt.Errorf("invalid table name %q: %w", s, err)
 	}
-	schema, rest, err := parseIdent(s)
+	schema, rest, err := ParseIdent(s)
 	if err != nil {
 		return fail(err)
 	}
@@ -33,7 +33,7 @@ func ParseTableName(s string) (schema, table string, err error) {
 	if rest[0] != '.' {
 		return fail(fmt.Errorf("unexpected %q after %q", rest, schema))
 	}
-	table, rest, err = parseIdent(rest[1:])
+	table, rest, err = ParseIdent(rest[1:])
 	if err != nil {
 		return fail(err)
 	}
@@ -46,9 +46,9 @@ func ParseTableName(s string) (schema, table string, err error) {
 	return schema, table, nil
 }
 
-// parseIdent reads one identifier from the start of s and returns it
+// ParseIdent reads one identifier from the start of s and returns it
 // unquoted, with the rest of s.
-func parseIdent(s string) (ident, rest string, err error) {
+func ParseIdent(s string) (ident, rest string, err error) {
 	if s == "" {
 		return "", "", errors.New("missing identifier")
 	}
@@ -110,12 +110,12 @@ func isPlainIdentByte(c byte, first bool) bool {
 	return false
 }
 
-// checkPlainIdent accepts a plain (unquoted, lower-case) identifier.
-func checkPlainIdent(s string) error {
+// CheckPlainIdent accepts a plain (unquoted, lower-case) identifier.
+func CheckPlainIdent(s string) error {
 	if s == "" {
 		return errors.New("required")
 	}
-	if id, rest, err := parseIdent(s); err != nil || rest != "" || s[0] == '"' || id == "" {
+	if id, rest, err := ParseIdent(s); err != nil || rest != "" || s[0] == '"' || id == "" {
 		return fmt.Errorf("must be a plain lower-case identifier ([a-z_][a-z0-9_$]*, at most %d bytes), got %q", maxIdentLen, s)
 	}
 	return nil
