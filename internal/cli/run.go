@@ -11,11 +11,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/config/compat"
+	"github.com/outbox-relay/outbox-relay/internal/inviqa"
 )
 
 func newRun(g *globals) *cobra.Command {
 	var noMigrate bool
-	var inviqa *compat.Flags
+	var inviqaFlags *compat.Flags
 	cmd := &cobra.Command{
 		Use:   "run",
 		Short: "Relay every configured source until SIGTERM or SIGINT",
@@ -27,8 +28,8 @@ func newRun(g *globals) *cobra.Command {
 			ctx := cmd.Context()
 			var cfg *config.Config
 			var log *slog.Logger
-			if inviqa.Active(cmd.Flags().Changed("config"), os.LookupEnv) {
-				in, err := inviqa.Load()
+			if inviqaFlags.Active(cmd.Flags().Changed("config"), os.LookupEnv) {
+				in, err := inviqaFlags.Load()
 				if err != nil {
 					return err
 				}
@@ -36,9 +37,9 @@ func newRun(g *globals) *cobra.Command {
 				compat.LogSettings(log, in)
 				switch {
 				case in.Job != "":
-					return compat.RunJob(ctx, in, log)
+					return inviqa.RunJob(ctx, in, log)
 				case in.PollingDisabled:
-					return compat.Idle(ctx, in, log)
+					return inviqa.Idle(ctx, in, log)
 				}
 			} else {
 				var err error
@@ -75,6 +76,6 @@ func newRun(g *globals) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&noMigrate, "no-migrate", false, "do not apply the relay's schema migrations at start")
-	inviqa = compat.AddFlags(cmd)
+	inviqaFlags = compat.AddFlags(cmd)
 	return cmd
 }
