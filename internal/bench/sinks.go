@@ -90,7 +90,7 @@ func newTarget(ctx context.Context, o Options, k kafkaEnv) (*target, error) {
 	case "redis":
 		tg, err = redisTarget(ctx, url, sfx)
 	case "mqtt":
-		tg = &target{kind: "mqtt", sink: config.Sink{Type: "mqtt", MQTT: &mqtt.Config{URL: url}},
+		tg = &target{kind: "mqtt", sink: config.Sink{Type: "mqtt", Blocks: config.Blocks{"mqtt": &mqtt.Config{URL: url}}},
 			topic: "outbox-bench/" + sfx + "/events", cpu: serverCPU("mosquitto"), close: func() {},
 			note: "MQTT server at " + redact(url) + ", QoS 1, no subscriber (the server acknowledges and drops)"}
 	case "webhook":
@@ -126,7 +126,7 @@ func natsTarget(ctx context.Context, url, sfx string) (*target, error) {
 		return nil, fmt.Errorf("create stream %s: %w", name, err)
 	}
 	return &target{
-		kind: "nats", sink: config.Sink{Type: "nats", NATS: &nats.Config{URL: url}}, topic: subject, made: name,
+		kind: "nats", sink: config.Sink{Type: "nats", Blocks: config.Blocks{"nats": &nats.Config{URL: url}}}, topic: subject, made: name,
 		note: "NATS server at " + redact(url) + ", a JetStream stream on file storage made for each run (deleted after)",
 		cpu:  serverCPU("nats-server"),
 		stored: func(ctx context.Context) (int, error) {
@@ -179,7 +179,7 @@ func rabbitTarget(url, sfx string) (*target, error) {
 		return nil, fmt.Errorf("declare exchange and queue %s: %w", name, err)
 	}
 	return &target{
-		kind: "rabbitmq", sink: config.Sink{Type: "rabbitmq", RabbitMQ: &rabbitmq.Config{URL: url, Exchange: name}}, topic: topic, made: name,
+		kind: "rabbitmq", sink: config.Sink{Type: "rabbitmq", Blocks: config.Blocks{"rabbitmq": &rabbitmq.Config{URL: url, Exchange: name}}}, topic: topic, made: name,
 		note: "RabbitMQ at " + redact(url) + ", persistent messages through a direct exchange to a durable queue, both made for each run (deleted after)",
 		cpu:  serverCPU("beam.smp"),
 		stored: func(context.Context) (int, error) {
@@ -203,7 +203,7 @@ func redisTarget(ctx context.Context, url, sfx string) (*target, error) {
 	}
 	key := "outbox-bench:" + sfx
 	return &target{
-		kind: "redis", sink: config.Sink{Type: "redis", Redis: &redis.Config{URL: url}}, topic: key, made: key,
+		kind: "redis", sink: config.Sink{Type: "redis", Blocks: config.Blocks{"redis": &redis.Config{URL: url}}}, topic: key, made: key,
 		note: "Redis at " + redact(url) + ", a stream made for each run (deleted after)",
 		cpu:  serverCPU("redis-server"),
 		stored: func(ctx context.Context) (int, error) {
@@ -236,7 +236,7 @@ func webhookTarget() (*target, error) {
 		}
 	}()
 	return &target{
-		kind: "webhook", sink: config.Sink{Type: "webhook", Webhook: &webhook.Config{URL: "http://" + ln.Addr().String() + "/{destination}"}},
+		kind: "webhook", sink: config.Sink{Type: "webhook", Blocks: config.Blocks{"webhook": &webhook.Config{URL: "http://" + ln.Addr().String() + "/{destination}"}}},
 		topic: topic,
 		note: "the webhook receiver (an HTTP server on 127.0.0.1 that answers 200) runs in the same process as the relay: " +
 			"its CPU is counted in the relay's",

@@ -3,13 +3,9 @@ package config
 import (
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/config/sinkblock"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
-	"github.com/outbox-relay/outbox-relay/internal/sink/mqtt"
-	"github.com/outbox-relay/outbox-relay/internal/sink/nats"
-	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
-	"github.com/outbox-relay/outbox-relay/internal/sink/redis"
-	"github.com/outbox-relay/outbox-relay/internal/sink/sinktls"
-	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
+	"github.com/outbox-relay/outbox-relay/internal/tlsconf"
 )
 
 // Config is the whole relay configuration.
@@ -101,12 +97,15 @@ type Sink struct {
 	// without holding the source's other sinks.
 	Circuit Circuit `yaml:"circuit"`
 
-	RabbitMQ *rabbitmq.Config `yaml:"rabbitmq"`
-	MQTT     *mqtt.Config     `yaml:"mqtt"`
-	Webhook  *webhook.Config  `yaml:"webhook"`
-	NATS     *nats.Config     `yaml:"nats"`
-	Redis    *redis.Config    `yaml:"redis"`
+	// Blocks holds the blocks set under the sink's own keys: each type
+	// other than Kafka keeps its settings in a block named after it,
+	// defined by its package and registered with package sinkblock.
+	Blocks Blocks `yaml:",inline"`
 }
+
+// Blocks are a sink's settings blocks by key, the name of the sink type
+// each belongs to: {"rabbitmq": &rabbitmq.Config{...}}.
+type Blocks map[string]sinkblock.Settings
 
 // Circuit is a sink's circuit breaker.
 type Circuit struct {
@@ -129,7 +128,7 @@ type SASL struct {
 }
 
 // TLS secures the broker connection: the same block every sink type uses.
-type TLS = sinktls.Config
+type TLS = tlsconf.Config
 
 // Source is one outbox table, or a rule that discovers several.
 type Source struct {

@@ -357,7 +357,7 @@ func TestSinkTimeoutOutlastsOwn(t *testing.T) {
 		Databases: map[string]Database{"main": {DSN: "postgres://localhost/app"}},
 		Sinks: map[string]Sink{
 			"k":    {Type: "kafka", Brokers: []string{"localhost:9092"}},
-			"hook": {Type: "webhook", Webhook: &webhook.Config{URL: "https://h.example.com/x", Timeout: 50 * time.Second}},
+			"hook": {Type: "webhook", Blocks: Blocks{"webhook": &webhook.Config{URL: "https://h.example.com/x", Timeout: 50 * time.Second}}},
 		},
 		Sources: []Source{{Name: "orders", Table: "public.outbox", Sink: "k"}},
 	}

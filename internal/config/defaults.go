@@ -102,7 +102,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 		d.dur(&s.Circuit.MaxCooldown, p+".circuit.max_cooldown", DefaultCircuitMaxCooldown)
 		c.Sinks[name] = s
 		if s.Type != "kafka" {
-			if b := s.block(); b != nil {
+			if b := s.Block(); b != nil {
 				b.Defaults()
 			}
 		} else {

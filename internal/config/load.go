@@ -127,7 +127,7 @@ func expandConfig(cfg *Config, env func(string) (string, bool), ps *problems) {
 // field path of v, built from yaml tag names.
 func walkStrings(v reflect.Value, path string, fn func(path, s string) string) {
 	switch v.Kind() {
-	case reflect.Pointer:
+	case reflect.Pointer, reflect.Interface: // a sink's block is a pointer in an interface
 		if !v.IsNil() {
 			walkStrings(v.Elem(), path, fn)
 		}
@@ -135,11 +135,14 @@ func walkStrings(v reflect.Value, path string, fn func(path, s string) string) {
 		t := v.Type()
 		for i := range t.NumField() {
 			f := t.Field(i)
-			name, _, _ := strings.Cut(f.Tag.Get("yaml"), ",")
-			if !f.IsExported() || name == "-" {
+			name, opts, _ := strings.Cut(f.Tag.Get("yaml"), ",")
+			switch {
+			case !f.IsExported() || name == "-":
 				continue
-			}
-			if name == "" {
+			case opts == "inline": // its keys sit beside the struct's own
+				walkStrings(v.Field(i), path, fn)
+				continue
+			case name == "":
 				name = strings.ToLower(f.Name)
 			}
 			walkStrings(v.Field(i), joinPath(path, name), fn)

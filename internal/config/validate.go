@@ -16,7 +16,6 @@ var (
 	logLevels      = []string{"debug", "info", "warn", "error"}
 	logFormats     = []string{"json", "text"}
 	dbDrivers      = []string{"postgres", "mysql"}
-	sinkTypes      = []string{"kafka", "nats", "rabbitmq", "redis", "mqtt", "webhook"}
 	compressions   = []string{"none", "gzip", "snappy", "lz4", "zstd"}
 	saslMechanisms = []string{"PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"}
 	notifyModes    = []string{"auto", "on", "off"}
@@ -97,7 +96,7 @@ func (c *Config) validateDatabase(ps *problems, name string) {
 func (c *Config) validateSink(ps *problems, name string) {
 	s, p := c.Sinks[name], "sinks."+name
 	checkName(ps, "sinks", name)
-	oneOf(ps, p+".type", s.Type, sinkTypes, true)
+	oneOf(ps, p+".type", s.Type, sinkTypes(), true)
 	c.validateSinkBlocks(ps, p, &s)
 	positive(ps, p+".timeout", s.Timeout)
 	if s.Circuit.Failures < 1 {

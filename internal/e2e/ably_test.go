@@ -89,8 +89,8 @@ func TestSeed002ToAbly(t *testing.T) {
 	cfg := baseConfig(dsn, []string{"unused:9092"}, config.Source{
 		Name: "kitchen", Table: `tenant."OutboxEvent"`, Preset: "prisma", Topic: "tenant:{tenantId}", Sink: "ably"})
 	delete(cfg.Sinks, "kafka")
-	cfg.Sinks["ably"] = config.Sink{Type: "webhook", Webhook: &webhook.Config{Preset: "ably",
-		Ably: webhook.Ably{APIKey: apiKey, BaseURL: srv.URL}}}
+	cfg.Sinks["ably"] = config.Sink{Type: "webhook", Blocks: config.Blocks{"webhook": &webhook.Config{Preset: "ably",
+		Ably: webhook.Ably{APIKey: apiKey, BaseURL: srv.URL}}}}
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

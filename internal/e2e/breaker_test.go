@@ -89,7 +89,7 @@ VALUES ('Order', $1, $2, jsonb_build_object('k', $1::text, 'n', $3::int))`, key,
 		BatchSize: 20, Pipeline: 2})
 	cfg.Sinks["hook"] = config.Sink{Type: "webhook", Timeout: config.Duration(time.Second),
 		Circuit: config.Circuit{Cooldown: config.Duration(200 * time.Millisecond), MaxCooldown: config.Duration(time.Second)},
-		Webhook: &webhook.Config{URL: srv.URL + "/hook", Timeout: time.Minute}}
+		Blocks:  config.Blocks{"webhook": &webhook.Config{URL: srv.URL + "/hook", Timeout: time.Minute}}}
 	cfg.Sources[0].Routes = []config.Route{{Name: "hook", EventTypes: []string{"hook.sent"}, Sink: "hook", Topic: "hook"}}
 	cfg.ApplyDefaults()
 	col := collect(t, c.ListenAddrs(), "order.created")
@@ -196,8 +196,8 @@ func TestSinkDownChargesNoAttempt(t *testing.T) {
 	src.Routes = []config.Route{{Name: "rabbit", Column: "topic", Values: []string{"down.events"}, Sink: "rabbit"}}
 	cfg := baseConfig(dsn, c.ListenAddrs(), src)
 	cfg.Sinks["rabbit"] = config.Sink{Type: "rabbitmq", Timeout: config.Duration(2 * time.Second),
-		Circuit:  config.Circuit{Failures: 2, Cooldown: config.Duration(20 * time.Millisecond), MaxCooldown: config.Duration(50 * time.Millisecond)},
-		RabbitMQ: &rabbitmq.Config{URL: "amqp://guest:guest@" + door.addr() + "/", Exchange: rabbit.exchange}}
+		Circuit: config.Circuit{Failures: 2, Cooldown: config.Duration(20 * time.Millisecond), MaxCooldown: config.Duration(50 * time.Millisecond)},
+		Blocks:  config.Blocks{"rabbitmq": &rabbitmq.Config{URL: "amqp://guest:guest@" + door.addr() + "/", Exchange: rabbit.exchange}}}
 	cfg.ApplyDefaults()
 	l := eventledger.New()
 	fillChaos(t, pool, l, "down.events", "r", 40, 4, 0)

@@ -351,7 +351,7 @@ func TestChaosBlackHoledSinkNATS(t *testing.T) {
 	cfg := baseConfig(dsn, c.ListenAddrs(), chaosSource(50, 2))
 	cfg.Sinks["bus"] = config.Sink{Type: "nats", Timeout: config.Duration(300 * time.Millisecond),
 		Circuit: config.Circuit{Cooldown: config.Duration(200 * time.Millisecond), MaxCooldown: config.Duration(time.Second)},
-		NATS:    &nats.Config{URL: "nats://" + hole.addr(), AckTimeout: sinkconf.Duration(10 * time.Second)}}
+		Blocks:  config.Blocks{"nats": &nats.Config{URL: "nats://" + hole.addr(), AckTimeout: sinkconf.Duration(10 * time.Second)}}}
 	cfg.Sources[0].Routes = []config.Route{{Name: "bus", Column: "topic", Values: []string{"bus"}, Sink: "bus",
 		Topic: stream.prefix + ".events"}}
 	cfg.ApplyDefaults()

@@ -389,8 +389,8 @@ func TestChaosBlackHoledSink(t *testing.T) {
 	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
 	cfg := baseConfig(dsn, c.ListenAddrs(), chaosSource(50, 2))
 	cfg.Sinks["rabbit"] = config.Sink{Type: "rabbitmq", Timeout: config.Duration(500 * time.Millisecond),
-		Circuit:  config.Circuit{Cooldown: config.Duration(200 * time.Millisecond), MaxCooldown: config.Duration(time.Second)},
-		RabbitMQ: &rabbitmq.Config{URL: "amqp://guest:guest@" + hole.addr() + "/", Exchange: rabbit.exchange}}
+		Circuit: config.Circuit{Cooldown: config.Duration(200 * time.Millisecond), MaxCooldown: config.Duration(time.Second)},
+		Blocks:  config.Blocks{"rabbitmq": &rabbitmq.Config{URL: "amqp://guest:guest@" + hole.addr() + "/", Exchange: rabbit.exchange}}}
 	cfg.Sources[0].Routes = []config.Route{{Name: "rabbit", Column: "topic", Values: []string{"bh.events"}, Sink: "rabbit"}}
 	cfg.ApplyDefaults()
 	col := collect(t, c.ListenAddrs(), "orders")

@@ -193,7 +193,7 @@ func TestChaosKeylessPoison(t *testing.T) {
 	// A failed row backs off for an hour: a keyless row held behind one
 	// would not arrive within the test.
 	cfg.Sources[0].Backoff = config.Backoff{Initial: config.Duration(time.Hour), Max: config.Duration(time.Hour)}
-	cfg.Sinks["hook"] = config.Sink{Type: "webhook", Webhook: &webhook.Config{URL: hook.URL}}
+	cfg.Sinks["hook"] = config.Sink{Type: "webhook", Blocks: config.Blocks{"webhook": &webhook.Config{URL: hook.URL}}}
 	cfg.Sources[0].Routes = []config.Route{{Name: "poison", EventTypes: []string{"poison"}, Sink: "hook", Topic: "x"}}
 	cfg.ApplyDefaults()
 	col := collect(t, c.ListenAddrs(), "ev")

@@ -47,9 +47,9 @@ func railConfig(dsn string, r *rail, timeout time.Duration, src config.Source) *
 	cfg := &config.Config{
 		Admin:     config.Admin{Listen: "off"},
 		Databases: map[string]config.Database{"main": {DSN: dsn}},
-		Sinks: map[string]config.Sink{"rail": {Type: "webhook", Webhook: &webhook.Config{
+		Sinks: map[string]config.Sink{"rail": {Type: "webhook", Blocks: config.Blocks{"webhook": &webhook.Config{
 			URL: r.srv.URL + "/payments", Timeout: timeout, ReferencePath: "reference",
-			ErrorCodes: webhook.ErrorCodes{Path: "code", Codes: map[string]string{"AC01": "terminal", "AM04": "retryable"}}}}},
+			ErrorCodes: webhook.ErrorCodes{Path: "code", Codes: map[string]string{"AC01": "terminal", "AM04": "retryable"}}}}}},
 		Sources:  []config.Source{src},
 		Shutdown: config.Shutdown{Timeout: config.Duration(5 * time.Second)},
 		LeaseTTL: config.Duration(2 * time.Second),

@@ -158,14 +158,6 @@ func OrderKey(m *Message) string {
 	return string(key)
 }
 
-// Problem is one invalid setting of a sink's configuration. Field is relative
-// to the sink's block ("url", "hmac.secret"); the config package prefixes the
-// sink's path.
-type Problem struct {
-	Field string
-	Msg   string
-}
-
 // UnavailableError says a message was not sent, or not confirmed in time,
 // because its sink is unavailable: the sink's circuit is open, or the call
 // passed the sink's deadline. It is not the message's fault, so the engine

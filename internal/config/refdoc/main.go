@@ -39,11 +39,9 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/config/sinkblock"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
-	"github.com/outbox-relay/outbox-relay/internal/sink/mqtt"
-	"github.com/outbox-relay/outbox-relay/internal/sink/nats"
-	"github.com/outbox-relay/outbox-relay/internal/sink/rabbitmq"
-	"github.com/outbox-relay/outbox-relay/internal/sink/redis"
+	_ "github.com/outbox-relay/outbox-relay/internal/sink/all" // every sink type's block
 	"github.com/outbox-relay/outbox-relay/internal/sink/webhook"
 )
 
@@ -85,13 +83,16 @@ func moduleRoot() (string, error) {
 // packages are the directories whose types the configuration uses, by the
 // name the configuration's files import them as.
 var packages = map[string]string{
-	"config": "internal/config", "layout": "internal/layout", "sinktls": "internal/sink/sinktls",
-	"sinkconf": "internal/sink/sinkconf", "rabbitmq": "internal/sink/rabbitmq", "mqtt": "internal/sink/mqtt",
-	"webhook": "internal/sink/webhook", "nats": "internal/sink/nats", "redis": "internal/sink/redis",
+	"config": "internal/config", "layout": "internal/layout", "tlsconf": "internal/tlsconf",
+	"sinkblock": "internal/config/sinkblock", "sinkconf": "internal/sink/sinkconf",
+	"rabbitmq": "internal/sink/rabbitmq", "mqtt": "internal/sink/mqtt", "webhook": "internal/sink/webhook",
+	"nats": "internal/sink/nats", "redis": "internal/sink/redis",
 }
 
-// sinkBlocks are the sink types with a block of their own (sinks.<name>.rabbitmq);
-// Kafka's settings sit on the sink itself.
+// sinkBlocks are the sink types with a block of their own
+// (sinks.<name>.rabbitmq), in the order the reference lists them; Kafka's
+// settings sit on the sink itself. Each must be registered with package
+// sinkblock, whose registry gives its settings type.
 var sinkBlocks = []string{"rabbitmq", "mqtt", "webhook", "nats", "redis"}
 
 // derived are the defaults that the defaulting computes from other settings,
@@ -136,7 +137,7 @@ type section struct {
 type typeDecl struct {
 	pkg, name, doc string
 	st             *ast.StructType // nil when the type is not a struct
-	alias          ast.Expr        // for `type TLS = sinktls.Config`
+	alias          ast.Expr        // for `type TLS = tlsconf.Config`
 }
 
 type generator struct {
@@ -282,6 +283,9 @@ func (g *generator) walk(key, path string, s *section) {
 	}
 	var fields []*ast.Field
 	for _, f := range td.st.Fields.List {
+		if isInline(f) {
+			continue // a sink's blocks: sections of their own, below
+		}
 		if len(f.Names) == 1 && f.Names[0].IsExported() && f.Tag != nil && yamlName(f) != "-" {
 			fields = append(fields, f)
 			goNames[f.Names[0].Name] = yamlName(f)
@@ -304,6 +308,36 @@ func (g *generator) walk(key, path string, s *section) {
 		}
 		s.rows = append(s.rows, *r)
 		earlier = append(earlier, *r)
+	}
+	if slices.ContainsFunc(td.st.Fields.List, isInline) {
+		g.sinkBlocks(path)
+	}
+}
+
+// isInline reports whether a field's keys sit beside its struct's own: a
+// sink's blocks, keyed by type.
+func isInline(f *ast.Field) bool {
+	if f.Tag == nil {
+		return false
+	}
+	_, opts, _ := strings.Cut(reflect.StructTag(strings.Trim(f.Tag.Value, "`")).Get("yaml"), ",")
+	return opts == "inline"
+}
+
+// sinkBlocks gives the block of each sink type a section of its own, at
+// path.<type>, from the settings type its package registers.
+func (g *generator) sinkBlocks(path string) {
+	for _, name := range sinkBlocks {
+		t, ok := sinkblock.Lookup(name)
+		if !ok {
+			panic(fmt.Sprintf("refdoc: sink type %s is not registered", name))
+		}
+		rt := reflect.TypeOf(t.New()).Elem()
+		td, ok := g.types[filepath.Base(rt.PkgPath())+"."+rt.Name()]
+		if !ok || td.st == nil {
+			panic(fmt.Sprintf("refdoc: the block of sink type %s, %s, is not a struct of the parsed packages", name, rt))
+		}
+		g.block(td, join(path, name), "")
 	}
 }
 
@@ -403,15 +437,16 @@ func newSamples() samples {
 		cfg := &config.Config{
 			Databases: map[string]config.Database{"main": {}},
 			Sinks: map[string]config.Sink{
-				"kafka":    {Type: "kafka", SASL: &config.SASL{}, TLS: &config.TLS{}},
-				"rabbitmq": {Type: "rabbitmq", RabbitMQ: &rabbitmq.Config{}},
-				"mqtt":     {Type: "mqtt", MQTT: &mqtt.Config{}},
-				"webhook":  {Type: "webhook", Webhook: &webhook.Config{Preset: webhookPreset}},
-				"nats":     {Type: "nats", NATS: &nats.Config{}},
-				"redis":    {Type: "redis", Redis: &redis.Config{}},
+				"kafka":   {Type: "kafka", SASL: &config.SASL{}, TLS: &config.TLS{}},
+				"webhook": {Type: "webhook", Blocks: config.Blocks{"webhook": &webhook.Config{Preset: webhookPreset}}},
 			},
 			Sources: []config.Source{{Routes: []config.Route{{}}, Discover: &config.Discover{},
 				Retention: &config.Retention{}}},
+		}
+		for _, t := range sinkblock.Types() {
+			if _, ok := cfg.Sinks[t.Name]; !ok {
+				cfg.Sinks[t.Name] = config.Sink{Type: t.Name, Blocks: config.Blocks{t.Name: t.New()}}
+			}
 		}
 		cfg.ApplyDefaults()
 		required := map[string]string{}
@@ -509,9 +544,14 @@ func lookup(v reflect.Value, p string) reflect.Value {
 
 func fieldByYAML(v reflect.Value, name string) reflect.Value {
 	for i := range v.NumField() {
-		tag, _, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
-		if tag == name {
+		tag, opts, _ := strings.Cut(v.Type().Field(i).Tag.Get("yaml"), ",")
+		switch {
+		case tag == name:
 			return v.Field(i)
+		case opts == "inline" && v.Field(i).Kind() == reflect.Map: // a sink's blocks
+			if b := v.Field(i).MapIndex(reflect.ValueOf(name)); b.IsValid() {
+				return b
+			}
 		}
 	}
 	return reflect.Value{}
@@ -707,7 +747,7 @@ func (g *generator) leaks(text string) []string {
 	var out []string
 	for _, w := range regexp.MustCompile(`[A-Za-z][A-Za-z0-9]*`).FindAllString(text, -1) {
 		camel := g.goIdents[w] && regexp.MustCompile(`[a-z][A-Z]`).MatchString(w)
-		if (camel || w == "sinktls" || w == "sinkconf") && !slices.Contains(out, w) {
+		if (camel || slices.Contains([]string{"tlsconf", "sinkconf", "sinkblock"}, w)) && !slices.Contains(out, w) {
 			out = append(out, w)
 		}
 	}

@@ -9,8 +9,9 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/sink"
-	"github.com/outbox-relay/outbox-relay/internal/sink/sinktls"
+	"github.com/outbox-relay/outbox-relay/internal/config/sinkblock"
+
+	"github.com/outbox-relay/outbox-relay/internal/tlsconf"
 )
 
 // Defaults of Config.
@@ -54,7 +55,7 @@ type Config struct {
 	// (the server's Receive Maximum bounds the connection's).
 	MaxInFlight int `yaml:"max_in_flight"`
 	// TLS secures the connection (also turned on by an mqtts:// URL).
-	TLS sinktls.Config `yaml:"tls"`
+	TLS tlsconf.Config `yaml:"tls"`
 }
 
 // Defaults fills in unset fields.
@@ -85,10 +86,10 @@ func (c *Config) Defaults() {
 }
 
 // Problems reports invalid settings; Field is relative to the block.
-func (c Config) Problems() []sink.Problem {
-	var ps []sink.Problem
+func (c Config) Problems() []sinkblock.Problem {
+	var ps []sinkblock.Problem
 	add := func(field, format string, args ...any) {
-		ps = append(ps, sink.Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
+		ps = append(ps, sinkblock.Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	if c.URL == "" {
 		add("url", "required")
@@ -124,6 +125,13 @@ func (c Config) Problems() []sink.Problem {
 	}
 	return append(ps, c.TLS.Problems()...)
 }
+
+// OwnTimeout is the sink's own bound on one message: the wait for a PUBACK.
+func (c Config) OwnTimeout() time.Duration { return c.PublishTimeout }
+
+// Block registers the `mqtt:` block of a sink under the type name mqtt
+// (see package sink/all).
+var Block = sinkblock.Type{Name: "mqtt", New: func() sinkblock.Settings { return new(Config) }}
 
 // parseURL returns the address to dial and whether the scheme asks for TLS.
 func parseURL(s string) (addr string, tls bool, err error) {

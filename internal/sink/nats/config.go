@@ -5,11 +5,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/config/sinkblock"
+
 	natsclient "github.com/nats-io/nats.go"
 
-	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/sinkconf"
-	"github.com/outbox-relay/outbox-relay/internal/sink/sinktls"
+	"github.com/outbox-relay/outbox-relay/internal/tlsconf"
 )
 
 // Defaults for fields left unset.
@@ -39,7 +40,7 @@ type Config struct {
 	User      string `yaml:"user"`
 	Password  string `yaml:"password"`
 
-	TLS sinktls.Config `yaml:"tls"`
+	TLS tlsconf.Config `yaml:"tls"`
 
 	// AckTimeout is how long a message waits for its PubAck before it
 	// fails, retryable (default 5s).
@@ -78,10 +79,10 @@ func (c *Config) Defaults() {
 
 // Problems lists the invalid settings. Zero values are the defaults'
 // business and are not reported.
-func (c Config) Problems() []sink.Problem {
-	var ps []sink.Problem
+func (c Config) Problems() []sinkblock.Problem {
+	var ps []sinkblock.Problem
 	add := func(field, format string, args ...any) {
-		ps = append(ps, sink.Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
+		ps = append(ps, sinkblock.Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	if strings.TrimSpace(c.URL) == "" && len(c.Servers) == 0 {
 		add("url", "required (or servers)")
@@ -125,6 +126,13 @@ func (c Config) Problems() []sink.Problem {
 	}
 	return ps
 }
+
+// OwnTimeout is the sink's own bound on one message: the wait for a PubAck.
+func (c Config) OwnTimeout() time.Duration { return c.AckTimeout.D() }
+
+// Block registers the `nats:` block of a sink under the type name nats
+// (see package sink/all).
+var Block = sinkblock.Type{Name: "nats", New: func() sinkblock.Settings { return new(Config) }}
 
 func splitURLs(s string) []string {
 	var out []string
@@ -186,7 +194,7 @@ func (c Config) options() ([]natsclient.Option, error) {
 	case c.User != "":
 		opts = append(opts, natsclient.UserInfo(c.User, c.Password))
 	}
-	if c.TLS != (sinktls.Config{}) {
+	if c.TLS != (tlsconf.Config{}) {
 		// The server name defaults to the host of each server URL.
 		tc, err := c.TLS.Load("")
 		if err != nil {

@@ -9,7 +9,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-relay/outbox-relay/internal/sink/sinkconf"
-	"github.com/outbox-relay/outbox-relay/internal/sink/sinktls"
+	"github.com/outbox-relay/outbox-relay/internal/tlsconf"
 )
 
 func TestConfigYAML(t *testing.T) {
@@ -35,7 +35,7 @@ retry_horizon: 10m
 	want := Config{
 		URL: "nats://a:4222, nats://b:4222", Servers: []string{"nats://c:4222"}, Name: "relay-eu",
 		User: "relay", Password: "secret",
-		TLS:        sinktls.Config{Enabled: true, ServerName: "nats.internal"},
+		TLS:        tlsconf.Config{Enabled: true, ServerName: "nats.internal"},
 		AckTimeout: sinkconf.Duration(3 * time.Second), MaxPending: 64,
 		ReconnectWait: sinkconf.Duration(250 * time.Millisecond), RetryHorizon: sinkconf.Duration(10 * time.Minute),
 	}
@@ -70,7 +70,7 @@ func TestConfigProblems(t *testing.T) {
 		{"bad server", Config{URL: "nats://a", Servers: []string{"nats://b", "redis://c"}}, []string{"servers[1]: server URL"}},
 		{"two auths", Config{URL: "nats://a", Token: "t", User: "u"}, []string{"user: give only one"}},
 		{"password alone", Config{URL: "nats://a", Password: "p"}, []string{"user: required with password"}},
-		{"tls pair", Config{URL: "nats://a", TLS: sinktls.Config{CertFile: "/nonexistent/c.pem"}}, []string{"tls.cert_file: cert_file and key_file go together", "tls.cert_file: stat"}},
+		{"tls pair", Config{URL: "nats://a", TLS: tlsconf.Config{CertFile: "/nonexistent/c.pem"}}, []string{"tls.cert_file: cert_file and key_file go together", "tls.cert_file: stat"}},
 		{"negatives", Config{URL: "nats://a", AckTimeout: -1, MaxPending: -1, ReconnectWait: -1, RetryHorizon: -1},
 			[]string{"ack_timeout:", "max_pending:", "reconnect_wait:", "retry_horizon:"}},
 	} {

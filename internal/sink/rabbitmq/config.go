@@ -7,10 +7,11 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/outbox-relay/outbox-relay/internal/config/sinkblock"
+
 	amqp "github.com/rabbitmq/amqp091-go"
 
-	"github.com/outbox-relay/outbox-relay/internal/sink"
-	"github.com/outbox-relay/outbox-relay/internal/sink/sinktls"
+	"github.com/outbox-relay/outbox-relay/internal/tlsconf"
 )
 
 // Defaults of Config.
@@ -46,7 +47,7 @@ type Config struct {
 	// MaxInFlight bounds the unconfirmed messages of one Publish call.
 	MaxInFlight int `yaml:"max_in_flight"`
 	// TLS secures the connection (also turned on by an amqps:// URL).
-	TLS sinktls.Config `yaml:"tls"`
+	TLS tlsconf.Config `yaml:"tls"`
 }
 
 // Defaults fills in unset fields.
@@ -73,10 +74,10 @@ func (c *Config) Defaults() {
 }
 
 // Problems reports invalid settings; Field is relative to the block.
-func (c Config) Problems() []sink.Problem {
-	var ps []sink.Problem
+func (c Config) Problems() []sinkblock.Problem {
+	var ps []sinkblock.Problem
 	add := func(field, format string, args ...any) {
-		ps = append(ps, sink.Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
+		ps = append(ps, sinkblock.Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	if c.URL == "" {
 		add("url", "required")
@@ -100,6 +101,13 @@ func (c Config) Problems() []sink.Problem {
 	}
 	return append(ps, c.TLS.Problems()...)
 }
+
+// OwnTimeout is the sink's own bound on one message: the wait for a publisher confirm.
+func (c Config) OwnTimeout() time.Duration { return c.ConfirmTimeout }
+
+// Block registers the `rabbitmq:` block of a sink under the type name rabbitmq
+// (see package sink/all).
+var Block = sinkblock.Type{Name: "rabbitmq", New: func() sinkblock.Settings { return new(Config) }}
 
 // checkName validates an exchange name or routing key as AMQP carries it.
 func checkName(s string) error {

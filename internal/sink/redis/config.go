@@ -6,11 +6,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/config/sinkblock"
+
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/sinkconf"
-	"github.com/outbox-relay/outbox-relay/internal/sink/sinktls"
+	"github.com/outbox-relay/outbox-relay/internal/tlsconf"
 )
 
 // Defaults for fields left unset.
@@ -32,7 +33,7 @@ type Config struct {
 	// DB is the database number; when not 0 it overrides the URL's.
 	DB int `yaml:"db"`
 	// TLS settings; giving any turns TLS on, as rediss:// does.
-	TLS sinktls.Config `yaml:"tls"`
+	TLS tlsconf.Config `yaml:"tls"`
 	// MaxLen caps each stream at about this many entries (XADD MAXLEN ~);
 	// 0 keeps every entry.
 	MaxLen int64 `yaml:"max_len"`
@@ -56,10 +57,10 @@ func (c *Config) Defaults() {
 
 // Problems lists the invalid settings. Zero values are the defaults'
 // business and are not reported.
-func (c Config) Problems() []sink.Problem {
-	var ps []sink.Problem
+func (c Config) Problems() []sinkblock.Problem {
+	var ps []sinkblock.Problem
 	add := func(field, format string, args ...any) {
-		ps = append(ps, sink.Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
+		ps = append(ps, sinkblock.Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	if strings.TrimSpace(c.URL) == "" {
 		add("url", "required")
@@ -81,6 +82,13 @@ func (c Config) Problems() []sink.Problem {
 	}
 	return ps
 }
+
+// OwnTimeout is the sink's own bound on one message: one command.
+func (c Config) OwnTimeout() time.Duration { return c.Timeout.D() }
+
+// Block registers the `redis:` block of a sink under the type name redis
+// (see package sink/all).
+var Block = sinkblock.Type{Name: "redis", New: func() sinkblock.Settings { return new(Config) }}
 
 // redactedErr keeps a password in the URL out of the message.
 func redactedErr(raw string, err error) string {
@@ -108,7 +116,7 @@ func (c Config) options() (*goredis.Options, error) {
 	if c.DB != 0 {
 		o.DB = c.DB
 	}
-	if c.TLS != (sinktls.Config{}) {
+	if c.TLS != (tlsconf.Config{}) {
 		host, _, _ := strings.Cut(o.Addr, ":")
 		tc, err := c.TLS.Load(host)
 		if err != nil {

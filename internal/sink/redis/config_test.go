@@ -7,7 +7,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
-	"github.com/outbox-relay/outbox-relay/internal/sink/sinktls"
+	"github.com/outbox-relay/outbox-relay/internal/tlsconf"
 )
 
 func TestConfigYAMLAndOptions(t *testing.T) {
@@ -78,7 +78,7 @@ func TestConfigProblems(t *testing.T) {
 		{"password hidden", Config{URL: "redis://u:hunter2@x:6379/notadb"}, []string{"url: "}},
 		{"negatives", Config{URL: "redis://x", DB: -1, MaxLen: -1, Timeout: -1, MaxMessageBytes: -1},
 			[]string{"db:", "max_len:", "timeout:", "max_message_bytes:"}},
-		{"tls pair", Config{URL: "redis://x", TLS: sinktls.Config{KeyFile: "/nonexistent/k.pem"}}, []string{"tls.cert_file: cert_file and key_file go together", "tls.key_file: stat"}},
+		{"tls pair", Config{URL: "redis://x", TLS: tlsconf.Config{KeyFile: "/nonexistent/k.pem"}}, []string{"tls.cert_file: cert_file and key_file go together", "tls.key_file: stat"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ps := tc.c.Problems()

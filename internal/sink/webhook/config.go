@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/config/sinkblock"
 )
 
 // Presets.
@@ -154,10 +154,10 @@ func (c *Config) Defaults() {
 
 // Problems lists every invalid setting, with Field relative to the sink's
 // block. Call Defaults first.
-func (c Config) Problems() []sink.Problem {
-	var ps []sink.Problem
+func (c Config) Problems() []sinkblock.Problem {
+	var ps []sinkblock.Problem
 	add := func(field, format string, args ...any) {
-		ps = append(ps, sink.Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
+		ps = append(ps, sinkblock.Problem{Field: field, Msg: fmt.Sprintf(format, args...)})
 	}
 	switch c.Preset {
 	case PresetNone:
@@ -221,10 +221,17 @@ func (c Config) Problems() []sink.Problem {
 	return ps
 }
 
+// OwnTimeout is the sink's own bound on one message: one request.
+func (c Config) OwnTimeout() time.Duration { return c.Timeout }
+
+// Block registers the `webhook:` block of a sink under the type name webhook
+// (see package sink/all).
+var Block = sinkblock.Type{Name: "webhook", New: func() sinkblock.Settings { return new(Config) }}
+
 // urlProblems validates a URL template: it must be "{destination}" alone or
 // an absolute http(s) URL whose host has no placeholder.
-func urlProblems(tmpl string) []sink.Problem {
-	bad := func(msg string) []sink.Problem { return []sink.Problem{{Field: "url", Msg: msg}} }
+func urlProblems(tmpl string) []sinkblock.Problem {
+	bad := func(msg string) []sinkblock.Problem { return []sinkblock.Problem{{Field: "url", Msg: msg}} }
 	switch {
 	case tmpl == "":
 		return bad("required")

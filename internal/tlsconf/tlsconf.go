@@ -1,7 +1,7 @@
-// Package sinktls is the `tls:` block of a sink's configuration and the
+// Package tlsconf is the `tls:` block of a sink's configuration and the
 // crypto/tls configuration it describes: a CA to trust, a client
 // certificate, and an opt-in to skip verification.
-package sinktls
+package tlsconf
 
 import (
 	"crypto/tls"
@@ -10,7 +10,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/config/sinkblock"
 )
 
 // Config secures a sink's connection. The zero value is off.
@@ -31,10 +31,10 @@ type Config struct {
 }
 
 // Problems reports invalid settings, Field relative to the block ("tls.").
-func (c Config) Problems() []sink.Problem {
-	var ps []sink.Problem
+func (c Config) Problems() []sinkblock.Problem {
+	var ps []sinkblock.Problem
 	if (c.CertFile == "") != (c.KeyFile == "") {
-		ps = append(ps, sink.Problem{Field: "tls.cert_file", Msg: "cert_file and key_file go together"})
+		ps = append(ps, sinkblock.Problem{Field: "tls.cert_file", Msg: "cert_file and key_file go together"})
 	}
 	for _, f := range []struct{ field, path string }{
 		{"tls.ca_file", c.CAFile}, {"tls.cert_file", c.CertFile}, {"tls.key_file", c.KeyFile},
@@ -43,7 +43,7 @@ func (c Config) Problems() []sink.Problem {
 			continue
 		}
 		if _, err := os.Stat(f.path); err != nil {
-			ps = append(ps, sink.Problem{Field: f.field, Msg: err.Error()})
+			ps = append(ps, sinkblock.Problem{Field: f.field, Msg: err.Error()})
 		}
 	}
 	return ps

@@ -1,4 +1,4 @@
-package sinktls
+package tlsconf
 
 import (
 	"crypto/ecdsa"
