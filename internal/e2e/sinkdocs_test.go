@@ -12,6 +12,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/config/sinkblock"
 )
 
 // sinkTypes are the sink types, each documented in docs/sinks/<type>.md.
@@ -131,25 +132,19 @@ func parseExamples(t *testing.T, doc string) []string {
 // parent.child: the fields of its block, or for Kafka those on the sink
 // itself.
 func settings(typ string) []string {
+	if t, ok := sinkblock.Lookup(typ); ok {
+		return fieldNames("", reflect.TypeOf(t.New()))
+	}
 	st := reflect.TypeFor[config.Sink]()
-	if typ == "kafka" {
-		var out []string
-		for i := range st.NumField() {
-			name := yamlName(st.Field(i))
-			ft := st.Field(i).Type
-			if name == "type" || (ft.Kind() == reflect.Pointer && slices.Contains(sinkTypes, name)) {
-				continue
-			}
-			out = append(out, fieldNames(name, ft)...)
-		}
-		return out
-	}
+	var out []string
 	for i := range st.NumField() {
-		if yamlName(st.Field(i)) == typ {
-			return fieldNames("", st.Field(i).Type)
+		name := yamlName(st.Field(i))
+		if name == "type" || strings.HasSuffix(st.Field(i).Tag.Get("yaml"), ",inline") { // the blocks of other types
+			continue
 		}
+		out = append(out, fieldNames(name, st.Field(i).Type)...)
 	}
-	return nil
+	return out
 }
 
 // fieldNames lists the YAML names under a field of type ft called name.
