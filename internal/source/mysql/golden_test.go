@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/source/sourcetest"
@@ -65,7 +64,7 @@ func TestGoldenSQL(t *testing.T) {
 			} else if err := MigrateTable(ctx, dsn, tbl); err != nil {
 				t.Fatal(err)
 			}
-			merged, explicit, err := layout.Merge(g.preset, config.Layout{}, "")
+			merged, explicit, err := layout.Merge(g.preset, layout.Spec{}, "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -8,8 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
@@ -54,7 +54,7 @@ func TestClaimReadsABoundedWindow(t *testing.T) {
 			if _, err := pool.Exec(ctx, bt.insert, backlog); err != nil {
 				t.Fatal(err)
 			}
-			st, _ := newStore(t, pool, "plan", bt.table, bt.preset, config.Layout{}, true)
+			st, _ := newStore(t, pool, "plan", bt.table, bt.preset, layout.Spec{}, true)
 			settings, claim := st.ClaimSQL()
 			tx, err := pool.Begin(ctx)
 			if err != nil {

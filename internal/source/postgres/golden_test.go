@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -43,7 +42,7 @@ func TestGoldenSQL(t *testing.T) {
 			} else if err := MigrateTable(ctx, dsn, g.table); err != nil {
 				t.Fatal(err)
 			}
-			merged, explicit, err := layout.Merge(g.preset, config.Layout{}, "")
+			merged, explicit, err := layout.Merge(g.preset, layout.Spec{}, "")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
@@ -22,7 +21,7 @@ func TestGoldenSQL(t *testing.T) {
 		t.Fatal(err)
 	}
 	tbl := postgres.Table{Schema: "payments", Name: "payment_outbox_pending"}
-	merged, explicit, err := layout.Merge(config.QueuePreset, config.Layout{}, "")
+	merged, explicit, err := layout.Merge("payment-queue", layout.Spec{}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
