@@ -80,7 +80,7 @@ func TestGoldenSQL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "mysql", g.preset+".sql"), goldenSQL(l, tbl, index))
+			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "mysql", g.preset+".sql.golden"), goldenSQL(l, tbl, index))
 		})
 	}
 }

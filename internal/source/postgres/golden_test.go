@@ -54,7 +54,7 @@ func TestGoldenSQL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "postgres", g.preset+".sql"), goldenSQL(t, l, g.table))
+			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "postgres", g.preset+".sql.golden"), goldenSQL(t, l, g.table))
 		})
 	}
 }

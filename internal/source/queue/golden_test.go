@@ -55,5 +55,5 @@ func TestGoldenSQL(t *testing.T) {
 	f.Add("gauges", s.gauges)
 	f.Add("gaps", s.gaps)
 	f.Add("record stats", s.stats)
-	sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "queue", "payment-queue.sql"), f.String())
+	sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "queue", "payment-queue.sql.golden"), f.String())
 }
