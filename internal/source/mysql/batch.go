@@ -164,7 +164,7 @@ func (s *Store) rowsByID(_ context.Context, ids []string) (target, where string,
 			b.WriteString(" UNION ALL SELECT " + ph)
 		}
 	}
-	b.WriteString(") u STRAIGHT_JOIN " + s.opts.Table.String() + " AS o ON " + col("o", s.opts.Layout.ID.Name) + " = u.id")
+	b.WriteString(") u STRAIGHT_JOIN " + s.opts.Table.String() + " AS o ON " + sq.Col("o", s.opts.Layout.ID.Name) + " = u.id")
 	return b.String(), "", args, nil, nil
 }
 
@@ -267,7 +267,7 @@ func (b *batch) updateRows(ctx context.Context, what, extra string, ids []string
 	}
 	caseOf := func(vals []any, expr string) string {
 		var c strings.Builder
-		c.WriteString("CASE " + col("o", s.opts.Layout.ID.Name))
+		c.WriteString("CASE " + sq.Col("o", s.opts.Layout.ID.Name))
 		for i := range ids {
 			c.WriteString(" WHEN " + ph + " THEN " + expr)
 			args = append(args, idArgs[i], vals[i])

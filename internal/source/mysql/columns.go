@@ -133,7 +133,7 @@ func (s *Store) tableColumns(ctx context.Context) ([]tableColumn, error) {
 func rowJSON(cols []tableColumn, alias string) string {
 	var parts []string
 	for _, c := range cols {
-		v := col(alias, c.Name)
+		v := sq.Col(alias, c.Name)
 		if isBinaryType(c.Type) {
 			v = "TO_BASE64(" + v + ")"
 		}

@@ -64,7 +64,7 @@ SELECT u.id, ?, ` + schemaExpr + `, ?, COALESCE(u.event_type, ''), u.topic, u.ev
   CASE WHEN NOT ` + jsonPayload + ` THEN u.payload END,
   ` + rowJSON(cols, "o") + `, u.reason, u.attempts, COALESCE(r.first_failed_at, ` + now + `), ` + now + `, ` + now + `
 FROM (` + strings.Join(union, "\n  UNION ALL ") + `) u
-JOIN ` + s.opts.Table.String() + ` o ON ` + col("o", s.opts.Layout.ID.Name) + ` = ` + idValueSQL(s.opts.Layout, "u.id") + `
+JOIN ` + s.opts.Table.String() + ` o ON ` + sq.Col("o", s.opts.Layout.ID.Name) + ` = ` + idValueSQL(s.opts.Layout, "u.id") + `
 LEFT JOIN ` + rs + `.retry_state r ON r.source = ? AND r.event_id = u.id` + binCollation
 	args := []any{s.opts.Source}
 	if schema != "" {

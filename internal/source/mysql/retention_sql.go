@@ -36,12 +36,12 @@ func retentionPredicates(l *layout.Layout, t Table, relayDB string) (settled, de
 	switch {
 	case l.PublishedAt != "" && l.Mode == "timestamp" && l.Errored.Name == "":
 		// A dead letter's timestamp is the dead-letter mark, not a date.
-		dates = append(dates, "NULLIF("+col("o", l.PublishedAt)+", '"+layout.DeadLetterMark+"')")
+		dates = append(dates, "NULLIF("+sq.Col("o", l.PublishedAt)+", '"+layout.DeadLetterMark+"')")
 	case l.PublishedAt != "":
-		dates = append(dates, col("o", l.PublishedAt))
+		dates = append(dates, sq.Col("o", l.PublishedAt))
 	}
 	if l.CreatedAt != "" {
-		dates = append(dates, col("o", l.CreatedAt))
+		dates = append(dates, sq.Col("o", l.CreatedAt))
 	}
 	switch len(dates) {
 	case 0:
@@ -54,18 +54,18 @@ func retentionPredicates(l *layout.Layout, t Table, relayDB string) (settled, de
 
 	switch l.Mode {
 	case "status":
-		delivered = col("o", l.Status) + " = " + quoteLiteral(l.Published)
-		dead = col("o", l.Status) + " = " + quoteLiteral(l.Failed)
+		delivered = sq.Col("o", l.Status) + " = " + quoteLiteral(l.Published)
+		dead = sq.Col("o", l.Status) + " = " + quoteLiteral(l.Failed)
 		return "(" + delivered + " OR " + dead + ")", delivered, dead, age, nil
 	case "flag":
-		settled = col("o", l.Flag) + " = TRUE"
+		settled = sq.Col("o", l.Flag) + " = TRUE"
 	case "timestamp":
-		settled = col("o", l.PublishedAt) + " IS NOT NULL"
+		settled = sq.Col("o", l.PublishedAt) + " IS NOT NULL"
 	default:
 		return "", "", "", "", errors.New("layout mode " + l.Mode + " keeps no settled rows")
 	}
 	if l.Errored.Name != "" {
-		errored := col("o", l.Errored.Name)
+		errored := sq.Col("o", l.Errored.Name)
 		delivered = "(" + settled + " AND " + errored + " = " + l.ErroredValue(false) + ")"
 		// A dead letter is errored whatever the state column says.
 		dead = errored + " = " + l.ErroredValue(true)
@@ -150,7 +150,7 @@ func purgeSweep(l *layout.Layout, t Table, relayDB, index string, includeDead bo
 		return sweep{}, err
 	}
 	table := t.String()
-	id := col("o", l.ID.Name)
+	id := sq.Col("o", l.ID.Name)
 	where, lockWhere, deadExpr := delivered, settled, "FALSE"
 	if includeDead {
 		where = "(" + delivered + " OR " + dead + ")"
@@ -243,7 +243,7 @@ LIMIT ?`
 	if w := idValueSQL(l, "%s"); w != "%s" {
 		wrap = w
 	}
-	exists := "SELECT " + idTextSQL(l, "o") + " FROM " + t.String() + " o WHERE " + col("o", l.ID.Name) + " IN (%s)"
+	exists := "SELECT " + idTextSQL(l, "o") + " FROM " + t.String() + " o WHERE " + sq.Col("o", l.ID.Name) + " IN (%s)"
 	return sweep{
 		find:      find(""),
 		findAfter: find(" AND r.event_id > ?"),

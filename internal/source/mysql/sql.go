@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
 // Relay tables compare text under one collation, whatever the outbox
@@ -33,73 +34,18 @@ type statements struct {
 	stats         string // ? source, schema, table, last id, published, retried, dead, pending, lag
 }
 
-// col renders alias.column.
-func col(alias, name string) string { return alias + "." + QuoteIdent(name) }
-
-// asText renders an expression as utf8mb4 text.
-func asText(expr string) string { return "CAST(" + expr + " AS CHAR CHARACTER SET utf8mb4)" }
-
-// templateSQL renders a template as a text expression that is NULL when a
-// reference finds its column, and every fallback, NULL or empty (CONCAT
-// propagates NULL).
-func templateSQL(t layout.Template, alias string) string {
-	var parts []string
-	for _, p := range t {
-		if p.Column != "" {
-			var alts []string
-			for _, c := range p.Alternatives() {
-				alts = append(alts, "NULLIF("+asText(col(alias, c))+", '')")
-			}
-			if len(alts) == 1 {
-				parts = append(parts, alts[0])
-			} else {
-				parts = append(parts, "COALESCE("+strings.Join(alts, ", ")+")")
-			}
-		} else {
-			parts = append(parts, quoteLiteral(p.Literal))
-		}
-	}
-	switch len(parts) {
-	case 0:
-		return "NULL"
-	case 1:
-		return parts[0]
-	}
-	return "CONCAT(" + strings.Join(parts, ", ") + ")"
-}
-
-func templateOrNull(t layout.Template, alias string) string {
-	if len(t) == 0 {
-		return "NULL"
-	}
-	return templateSQL(t, alias)
-}
-
 func optText(alias, name string) string {
 	if name == "" {
 		return "NULL"
 	}
-	return asText(col(alias, name))
+	return asText(sq.Col(alias, name))
 }
 
 func optCol(alias, name string) string {
 	if name == "" {
 		return "NULL"
 	}
-	return col(alias, name)
-}
-
-// orderKeySQL is the row's order key: the first of the layout's order key
-// templates that is neither NULL nor empty, else ”.
-func orderKeySQL(l *layout.Layout, alias string) string {
-	if len(l.OrderKeys) == 0 {
-		return "''"
-	}
-	var parts []string
-	for _, t := range l.OrderKeys {
-		parts = append(parts, "NULLIF("+templateSQL(t, alias)+", '')")
-	}
-	return "COALESCE(" + strings.Join(parts, ", ") + ", '')"
+	return sq.Col(alias, name)
 }
 
 // attemptsSQL is a row's failed attempts: the relay's retry state, else the
@@ -108,16 +54,7 @@ func attemptsSQL(l *layout.Layout, retryAttempts string) string {
 	if l.RetryCount == "" {
 		return "COALESCE(" + retryAttempts + ", 0)"
 	}
-	return "COALESCE(" + retryAttempts + ", " + col("o", l.RetryCount) + ", 0)"
-}
-
-// nullIfEmpty makes an empty text NULL: an empty key is no key, empty
-// headers are none.
-func nullIfEmpty(expr string) string {
-	if expr == "NULL" {
-		return expr
-	}
-	return "NULLIF(" + expr + ", '')"
+	return "COALESCE(" + retryAttempts + ", " + sq.Col("o", l.RetryCount) + ", 0)"
 }
 
 // idKind is how ids of a column travel between SQL and Go: integers as
@@ -160,7 +97,7 @@ func isBinaryType(t string) bool {
 
 // idTextSQL renders the id column as the event id text.
 func idTextSQL(l *layout.Layout, alias string) string {
-	c := col(alias, l.ID.Name)
+	c := sq.Col(alias, l.ID.Name)
 	if kindOf(l.ID) == idBinary {
 		return "LOWER(HEX(" + c + "))"
 	}
@@ -181,28 +118,6 @@ func idValueSQL(l *layout.Layout, expr string) string {
 	return expr
 }
 
-// pendingPredicate is the WHERE condition of rows not yet delivered.
-func pendingPredicate(l *layout.Layout, alias string) string {
-	p := statePredicate(l, alias)
-	if l.Errored.Name != "" {
-		p += " AND " + col(alias, l.Errored.Name) + " = " + l.ErroredValue(false)
-	}
-	return p
-}
-
-func statePredicate(l *layout.Layout, alias string) string {
-	switch l.Mode {
-	case "flag":
-		return col(alias, l.Flag) + " = FALSE"
-	case "timestamp":
-		return col(alias, l.PublishedAt) + " IS NULL"
-	case "status":
-		return col(alias, l.Status) + " = " + quoteLiteral(l.Pending)
-	default: // delete: every row present is pending
-		return "TRUE"
-	}
-}
-
 const now = "UTC_TIMESTAMP(6)"
 
 func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, claimTimeout time.Duration, index string) statements {
@@ -221,12 +136,12 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 	}
 	selectList := []string{
 		idTextSQL(l, "o"),
-		col("o", l.Payload.Name),
-		templateSQL(l.Topic, "o"),
-		nullIfEmpty(templateOrNull(l.Key, "o")),
-		templateOrNull(l.PartitionKey, "o"),
-		orderKeySQL(l, "o"),
-		nullIfEmpty(optCol("o", l.Headers)),
+		sq.Col("o", l.Payload.Name),
+		sq.Template(l.Topic, "o"),
+		sqlcore.NullIfEmpty(sq.OptTemplate(l.Key, "o")),
+		sq.OptTemplate(l.PartitionKey, "o"),
+		sq.OrderKey(l, "o"),
+		sqlcore.NullIfEmpty(optCol("o", l.Headers)),
 		optText("o", l.EventType),
 		optText("o", l.AggregateType),
 		optText("o", l.AggregateID),
@@ -236,18 +151,18 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 		now, // the claim's time, recorded on delivery when the layout keeps claims
 	}
 	for _, t := range l.Extra {
-		selectList = append(selectList, templateSQL(t, "o"))
+		selectList = append(selectList, sq.Template(t, "o"))
 	}
 	where := []string{
-		pendingPredicate(l, "o"),
+		sq.Pending(l, "o"),
 		"NOT EXISTS (SELECT 1 FROM " + retryRow + " AND r.next_attempt_at > " + now + ")",
 	}
 	if l.BatchID.Name != "" {
 		// A row another relay marked claimed is skipped until its claim
 		// is older than the claim timeout: that relay died mid-batch.
-		claimed := col("o", l.ClaimedAt.Name)
+		claimed := sq.Col("o", l.ClaimedAt.Name)
 		where = append(where, fmt.Sprintf("(%s IS NULL OR %s IS NULL OR %s < %s - INTERVAL %d MICROSECOND)",
-			col("o", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds()))
+			sq.Col("o", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds()))
 	}
 	if l.BatchID.Name != "" && ordering {
 		// A row another relay claimed, within the claim timeout, holds its
@@ -264,17 +179,17 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 		win := windowSQL(l, table, rs, force, claimTimeout)
 		where = append(where, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM (%s) h
     WHERE h.fc AND h.k = %s AND h.k <> '' AND (h.ob, h.id) < (%s, %s))`,
-			win, orderKeySQL(l, "o"), col("o", l.OrderBy), col("o", l.ID.Name)),
+			win, sq.OrderKey(l, "o"), sq.Col("o", l.OrderBy), sq.Col("o", l.ID.Name)),
 			fmt.Sprintf("(%s, %s) <= (SELECT w.ob, w.id FROM (%s) w ORDER BY w.ob DESC, w.id DESC LIMIT 1)",
-				col("o", l.OrderBy), col("o", l.ID.Name), win))
+				sq.Col("o", l.OrderBy), sq.Col("o", l.ID.Name), win))
 		s.windowed = true
 	}
 	if ordering {
 		where = append(where, heldKeySQL(l, "o", rs))
 	}
-	orderBy := col("o", l.OrderBy)
+	orderBy := sq.Col("o", l.OrderBy)
 	if l.OrderBy != l.ID.Name {
-		orderBy += ", " + col("o", l.ID.Name)
+		orderBy += ", " + sq.Col("o", l.ID.Name)
 	}
 	s.claim = fmt.Sprintf(`SELECT %s
 FROM %s o%s
@@ -284,9 +199,9 @@ LIMIT ?
 FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, force, strings.Join(where, "\n  AND "), orderBy)
 
 	s.settle = fmt.Sprintf("SELECT 1 FROM %s o%s WHERE %s ORDER BY %s LIMIT ? FOR UPDATE", table, force,
-		pendingPredicate(l, "o"), orderBy)
+		sq.Pending(l, "o"), orderBy)
 
-	setPublished, setDead, setPending := stateSets(l)
+	setPublished, setDead, setPending := sq.StateSets(l)
 	s.ackSets = setPublished
 	if l.BatchID.Name != "" && l.Mode != "delete" {
 		// The claim is recorded as the original relay records it: the
@@ -300,10 +215,10 @@ FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, force, string
 
 	backlogAge := "NULL"
 	if l.CreatedAt != "" {
-		backlogAge = "TIMESTAMPDIFF(MICROSECOND, MIN(" + col("o", l.CreatedAt) + "), " + now + ")"
+		backlogAge = "TIMESTAMPDIFF(MICROSECOND, MIN(" + sq.Col("o", l.CreatedAt) + "), " + now + ")"
 	}
 	s.gauges = "SELECT COUNT(*), " + backlogAge + ", (SELECT COUNT(*) FROM " + rs +
-		".failed_events WHERE source = ? AND replayed_at IS NULL)\nFROM " + table + " o WHERE " + pendingPredicate(l, "o")
+		".failed_events WHERE source = ? AND replayed_at IS NULL)\nFROM " + table + " o WHERE " + sq.Pending(l, "o")
 	s.stats = `INSERT INTO ` + rs + `.relay_state (source, schema_name, table_name, last_poll_time, last_published_event_id,
   total_events_published, total_events_retried, total_events_dead_lettered, pending_events, lag_seconds, created_at, updated_at,
   owner, last_claim_at, events_per_second, sink_states)
@@ -324,7 +239,7 @@ ON DUPLICATE KEY UPDATE last_poll_time = VALUES(last_poll_time),
 // hold nothing.
 func heldKeySQL(l *layout.Layout, alias, rs string) string {
 	return "NOT EXISTS (SELECT 1 FROM " + rs + ".retry_state b WHERE b.source = ? AND b.order_key = LEFT(" +
-		orderKeySQL(l, alias) + fmt.Sprintf(", %d)", maxOrderKeyLen) + binCollation + " AND b.order_key <> '' AND b.next_attempt_at > " + now + ")"
+		sq.OrderKey(l, alias) + fmt.Sprintf(", %d)", maxOrderKeyLen) + binCollation + " AND b.order_key <> '' AND b.next_attempt_at > " + now + ")"
 }
 
 // windowSQL reads a claim's window (? source, ? source, ? window): the first
@@ -334,7 +249,7 @@ func heldKeySQL(l *layout.Layout, alias, rs string) string {
 // row's order key (k), order (ob, id) and whether another relay holds it
 // claimed (fc).
 func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Duration) string {
-	claimed := col("f", l.ClaimedAt.Name)
+	claimed := sq.Col("f", l.ClaimedAt.Name)
 	return fmt.Sprintf(`SELECT %s AS k, %s AS ob, %s AS id,
       (%s IS NOT NULL AND %s IS NOT NULL AND %s >= %s - INTERVAL %d MICROSECOND) AS fc
       FROM %s f%s
@@ -343,58 +258,10 @@ func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Dura
         AND %s
       ORDER BY %s, %s
       LIMIT ?`,
-		orderKeySQL(l, "f"), col("f", l.OrderBy), col("f", l.ID.Name),
-		col("f", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds(),
-		table, force, pendingPredicate(l, "f"), rs, idTextSQL(l, "f"), binCollation, now,
-		heldKeySQL(l, "f", rs), col("f", l.OrderBy), col("f", l.ID.Name))
-}
-
-// stateSets returns the SET lists for a published row, a dead-lettered row
-// and a row put back in the pending set (replay), less the error column's
-// reset.
-func stateSets(l *layout.Layout) (published, dead, pending string) {
-	var pub, dd, pend []string
-	switch l.Mode {
-	case "flag":
-		pub = append(pub, QuoteIdent(l.Flag)+" = TRUE")
-		// A dead-lettered row leaves the pending set with its published
-		// timestamp still NULL; failed_events says why.
-		dd = append(dd, QuoteIdent(l.Flag)+" = TRUE")
-		pend = append(pend, QuoteIdent(l.Flag)+" = FALSE")
-	case "status":
-		pub = append(pub, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Published))
-		dd = append(dd, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Failed))
-		pend = append(pend, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Pending))
-	case "timestamp":
-		// Without an errored flag the timestamp is the only state there
-		// is: a dead letter takes it out of the pending set with the
-		// dead-letter mark, not a delivery time (see layout.DeadLetterMark).
-		if l.Errored.Name == "" {
-			dd = append(dd, QuoteIdent(l.PublishedAt)+" = '"+layout.DeadLetterMark+"'")
-		}
-	}
-	if l.Errored.Name != "" {
-		// The flag alone takes a dead letter out of the pending set; a
-		// flag or timestamp column keeps saying it was never published.
-		if l.Mode == "flag" {
-			dd = dd[:0]
-		}
-		dd = append(dd, QuoteIdent(l.Errored.Name)+" = "+l.ErroredValue(true))
-		pend = append(pend, QuoteIdent(l.Errored.Name)+" = "+l.ErroredValue(false))
-	}
-	if l.PublishedAt != "" {
-		pub = append(pub, QuoteIdent(l.PublishedAt)+" = "+now)
-		pend = append(pend, QuoteIdent(l.PublishedAt)+" = NULL")
-	}
-	if l.RetryCount != "" {
-		pend = append(pend, QuoteIdent(l.RetryCount)+" = 0")
-	}
-	// The error column's reset depends on its type and is added by Replay
-	// (see errorReset).
-	if l.BatchID.Name != "" {
-		pend = append(pend, QuoteIdent(l.BatchID.Name)+" = NULL", QuoteIdent(l.ClaimedAt.Name)+" = NULL")
-	}
-	return strings.Join(pub, ", "), strings.Join(dd, ", "), strings.Join(pend, ", ")
+		sq.OrderKey(l, "f"), sq.Col("f", l.OrderBy), sq.Col("f", l.ID.Name),
+		sq.Col("f", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds(),
+		table, force, sq.Pending(l, "f"), rs, idTextSQL(l, "f"), binCollation, now,
+		heldKeySQL(l, "f", rs), sq.Col("f", l.OrderBy), sq.Col("f", l.ID.Name))
 }
 
 // placeholders returns "?, ?, ..." for n values, each wrapped by wrap (a

@@ -26,8 +26,8 @@ import (
 // Store.window).
 func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration) (claim, fenced string) {
 	rs := QuoteIdent(relaySchema)
-	id := col("o", l.ID.Name)
-	order := []string{col("o", l.OrderBy)}
+	id := sq.Col("o", l.ID.Name)
+	order := []string{sq.Col("o", l.OrderBy)}
 	if l.OrderBy != l.ID.Name {
 		// Rows of one transaction share now(): they are ordered as their
 		// statements ran, then by id (rows of one statement).
@@ -36,14 +36,14 @@ func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 	orderBy := strings.Join(order, ", ")
 
 	candidate := []string{
-		pendingPredicate(l, "o"),
+		sq.Pending(l, "o"),
 		"(r.next_attempt_at IS NULL OR r.next_attempt_at <= now())",
 	}
 	if ordering {
 		// A key is held while a row of it backs off; rows without a key
 		// (order key '') hold nothing.
 		candidate = append(candidate, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = $1 AND b.order_key = "+
-			orderKeySQL(l, "o")+" AND b.order_key <> '' AND b.next_attempt_at > now())")
+			sq.OrderKey(l, "o")+" AND b.order_key <> '' AND b.next_attempt_at > now())")
 	}
 	cols := []string{"o.ctid AS tid"}
 	pick := "SELECT tid FROM c"
@@ -51,16 +51,16 @@ func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		// A row another relay marked claimed within the claim timeout is
 		// not taken: that relay may still deliver it (once its claim is
 		// older, the relay died mid-batch and the row is taken here).
-		claimed := col("o", l.ClaimedAt.Name)
+		claimed := sq.Col("o", l.ClaimedAt.Name)
 		cols = append(cols, fmt.Sprintf("(%s IS NOT NULL AND %s IS NOT NULL AND %s >= now() - make_interval(secs => %d)) AS foreign_claim",
-			col("o", l.BatchID.Name), claimed, claimed, int64(claimTimeout/time.Second)))
+			sq.Col("o", l.BatchID.Name), claimed, claimed, int64(claimTimeout/time.Second)))
 		pick = "SELECT tid FROM c WHERE NOT foreign_claim"
 		if ordering {
 			// Such a row also holds its key: the rows after it wait until
 			// it is delivered or its claim expires. Every row before a
 			// candidate is a candidate too (the window is a prefix of
 			// the claim's order), so the window alone tells.
-			cols = append(cols, orderKeySQL(l, "o")+" AS k")
+			cols = append(cols, sq.OrderKey(l, "o")+" AS k")
 			var at []string
 			for i, e := range order {
 				cols = append(cols, fmt.Sprintf("%s AS o%d", e, i))
@@ -73,13 +73,13 @@ func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		}
 	}
 
-	where := []string{"o.ctid = ANY(ARRAY(" + pick + "))", pendingPredicate(l, "o")}
+	where := []string{"o.ctid = ANY(ARRAY(" + pick + "))", sq.Pending(l, "o")}
 	if l.XID != "" {
 		// Only rows whose inserting transaction is older than every running
 		// one: a row that commits late can then never overtake its key.
 		// The relays' own transactions (claims lock rows, which gives
 		// them a transaction id) insert no rows and do not count.
-		where = append(where, col("o", l.XID)+" < "+xidBarrier)
+		where = append(where, sq.Col("o", l.XID)+" < "+xidBarrier)
 	}
 	selectList := rowSelect(l, "o", attemptsSQL(l), "o.ctid", tieSQL, "r.event_id IS NOT NULL")
 	build := func(where []string) string {

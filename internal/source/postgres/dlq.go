@@ -92,7 +92,7 @@ func (s *Store) Replay(ctx context.Context, events []FailedEvent, actor string) 
 	table := s.opts.Table.String()
 	update := ""
 	if s.sql.pendingValues != "" && l.Mode != "delete" {
-		update = "UPDATE " + table + " o SET " + s.sql.pendingValues + " WHERE " + col("o", l.ID.Name) + " = $1::text::" + l.ID.Type
+		update = "UPDATE " + table + " o SET " + s.sql.pendingValues + " WHERE " + sq.Col("o", l.ID.Name) + " = $1::text::" + l.ID.Type
 	}
 	insert := "INSERT INTO " + table + " SELECT * FROM jsonb_populate_record(NULL::" + table + ", (SELECT row_data FROM " + rs + ".failed_events WHERE id = $1::uuid))"
 	n := 0

@@ -26,12 +26,12 @@ func retentionPredicates(l *layout.Layout, t Table, relaySchema string) (deliver
 	switch {
 	case l.PublishedAt != "" && l.Mode == "timestamp" && l.Errored.Name == "":
 		// A dead letter's timestamp is the dead-letter mark, not a date.
-		dates = append(dates, "NULLIF("+col("o", l.PublishedAt)+", '"+layout.DeadLetterMark+"+00')::timestamptz")
+		dates = append(dates, "NULLIF("+sq.Col("o", l.PublishedAt)+", '"+layout.DeadLetterMark+"+00')::timestamptz")
 	case l.PublishedAt != "":
-		dates = append(dates, col("o", l.PublishedAt)+"::timestamptz")
+		dates = append(dates, sq.Col("o", l.PublishedAt)+"::timestamptz")
 	}
 	if l.CreatedAt != "" {
-		dates = append(dates, col("o", l.CreatedAt)+"::timestamptz")
+		dates = append(dates, sq.Col("o", l.CreatedAt)+"::timestamptz")
 	}
 	switch len(dates) {
 	case 0:
@@ -45,21 +45,21 @@ func retentionPredicates(l *layout.Layout, t Table, relaySchema string) (deliver
 	var settled string // delivered or dead, as the state column says
 	switch l.Mode {
 	case "status":
-		return col("o", l.Status) + " = " + quoteLiteral(l.Published),
-			col("o", l.Status) + " = " + quoteLiteral(l.Failed), age, nil
+		return sq.Col("o", l.Status) + " = " + quoteLiteral(l.Published),
+			sq.Col("o", l.Status) + " = " + quoteLiteral(l.Failed), age, nil
 	case "flag":
-		settled = col("o", l.Flag) + " = true"
+		settled = sq.Col("o", l.Flag) + " = true"
 	case "timestamp":
-		settled = col("o", l.PublishedAt) + " IS NOT NULL"
+		settled = sq.Col("o", l.PublishedAt) + " IS NOT NULL"
 	default:
 		return "", "", "", errors.New("layout mode " + l.Mode + " keeps no settled rows")
 	}
 	if l.Errored.Name != "" {
-		errored := col("o", l.Errored.Name)
+		errored := sq.Col("o", l.Errored.Name)
 		return "(" + settled + " AND " + errored + " = " + l.ErroredValue(false) + ")",
 			errored + " = " + l.ErroredValue(true), age, nil
 	}
-	open := col("o", l.ID.Name) + "::text IN (SELECT f.original_event_id FROM " + QuoteIdent(relaySchema) +
+	open := sq.Col("o", l.ID.Name) + "::text IN (SELECT f.original_event_id FROM " + QuoteIdent(relaySchema) +
 		".failed_events f WHERE f.source_schema = " + quoteLiteral(t.Schema) +
 		" AND f.source_table = " + quoteLiteral(t.Name) + " AND f.replayed_at IS NULL)"
 	return "(" + settled + " AND NOT " + open + ")", "(" + settled + " AND " + open + ")", age, nil
@@ -87,7 +87,7 @@ func purgeSweep(l *layout.Layout, t Table, relaySchema string, includeDead bool,
 		return sweep{}, err
 	}
 	table := t.String()
-	id := col("o", l.ID.Name)
+	id := sq.Col("o", l.ID.Name)
 	where := delivered
 	deadExpr := "false"
 	if includeDead {
@@ -159,7 +159,7 @@ FROM ` + rs + `.failed_events f WHERE ` + where,
 func retryStateSweep(l *layout.Layout, t Table, relaySchema, source string) sweep {
 	rs := QuoteIdent(relaySchema)
 	where := `r.source = $1 AND NOT EXISTS (SELECT 1 FROM ` + t.String() + ` o WHERE ` +
-		col("o", l.ID.Name) + ` = r.event_id::` + l.ID.Type + `)`
+		sq.Col("o", l.ID.Name) + ` = r.event_id::` + l.ID.Type + `)`
 	build := func(cursor string) string {
 		return `WITH c AS (
   SELECT r.event_id FROM ` + rs + `.retry_state r

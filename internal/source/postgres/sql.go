@@ -4,18 +4,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
-
-// QuoteIdent quotes one SQL identifier.
-func QuoteIdent(s string) string { return pgx.Identifier{s}.Sanitize() }
-
-// quoteLiteral quotes a string constant. Layout values (status names) are
-// inlined rather than bound so that partial indexes such as
-// "WHERE status = 'pending'" match the claim query's plan.
-func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // statements is the SQL of one source, built once from its layout.
 type statements struct {
@@ -33,44 +23,10 @@ type statements struct {
 	pendingValues string // SET list that puts a row back in the pending set
 }
 
-// col renders alias.column.
-func col(alias, name string) string { return alias + "." + QuoteIdent(name) }
-
-// templateSQL renders a template as a text expression that is NULL when a
-// reference finds its column, and every fallback, NULL or empty.
-func templateSQL(t layout.Template, alias string) string {
-	var parts []string
-	for _, p := range t {
-		if p.Column != "" {
-			var alts []string
-			for _, c := range p.Alternatives() {
-				alts = append(alts, "NULLIF("+col(alias, c)+"::text, '')")
-			}
-			if len(alts) == 1 {
-				parts = append(parts, alts[0])
-			} else {
-				parts = append(parts, "COALESCE("+strings.Join(alts, ", ")+")")
-			}
-		} else {
-			parts = append(parts, quoteLiteral(p.Literal))
-		}
-	}
-	switch len(parts) {
-	case 0:
-		return "NULL::text"
-	case 1:
-		if len(t.Columns()) == 0 {
-			return parts[0] + "::text"
-		}
-		return parts[0]
-	}
-	return "(" + strings.Join(parts, " || ") + ")"
-}
-
 // payloadSQL selects the payload as its bytes: JSON types as their text
 // (jsonb's binary form carries a version byte), bytea raw, text as is.
 func payloadSQL(l *layout.Layout, alias string) string {
-	c := col(alias, l.Payload.Name)
+	c := sq.Col(alias, l.Payload.Name)
 	if l.Payload.Type == "bytea" {
 		return c
 	}
@@ -88,38 +44,7 @@ func optCol(alias, name, cast string) string {
 	if name == "" {
 		return "NULL" + cast
 	}
-	return col(alias, name) + cast
-}
-
-func orderKeySQL(l *layout.Layout, alias string) string {
-	if len(l.OrderKeys) == 0 {
-		return "''"
-	}
-	var parts []string
-	for _, t := range l.OrderKeys {
-		parts = append(parts, "NULLIF("+templateSQL(t, alias)+", '')")
-	}
-	return "COALESCE(" + strings.Join(parts, ", ") + ", '')"
-}
-
-// pendingPredicate is the WHERE condition of rows not yet delivered nor
-// dead-lettered.
-func pendingPredicate(l *layout.Layout, alias string) string {
-	var p string
-	switch l.Mode {
-	case "flag":
-		p = col(alias, l.Flag) + " = false"
-	case "timestamp":
-		p = col(alias, l.PublishedAt) + " IS NULL"
-	case "status":
-		p = col(alias, l.Status) + " = " + quoteLiteral(l.Pending)
-	default: // delete: every row present is pending
-		p = "true"
-	}
-	if l.Errored.Name != "" {
-		p += " AND " + col(alias, l.Errored.Name) + " = " + l.ErroredValue(false)
-	}
-	return p
+	return sq.Col(alias, name) + cast
 }
 
 // attemptsSQL is a row's failed attempts: the relay's retry state, else the
@@ -128,7 +53,7 @@ func attemptsSQL(l *layout.Layout) string {
 	if l.RetryCount == "" {
 		return "COALESCE(r.attempts, 0)"
 	}
-	return "COALESCE(r.attempts, " + col("o", l.RetryCount) + "::int, 0)"
+	return "COALESCE(r.attempts, " + sq.Col("o", l.RetryCount) + "::int, 0)"
 }
 
 // nullIfEmpty makes an empty text NULL: an empty key is no key, empty
@@ -144,7 +69,7 @@ func optColIfSet(alias, name, cast string) string {
 	if name == "" {
 		return ""
 	}
-	return col(alias, name) + cast
+	return sq.Col(alias, name) + cast
 }
 
 // tieSQL is a row's position among the rows its transaction inserted: the
@@ -166,12 +91,12 @@ const xidBarrier = `COALESCE((SELECT min(x) FROM pg_snapshot_xip(pg_current_snap
 // row's failed attempts; ctid, tie and retrying are the claim's own columns.
 func rowSelect(l *layout.Layout, alias, attempts, ctid, tie, retrying string) []string {
 	out := []string{
-		col(alias, l.ID.Name) + "::text",
+		sq.Col(alias, l.ID.Name) + "::text",
 		payloadSQL(l, alias),
-		templateSQL(l.Topic, alias),
+		sq.Template(l.Topic, alias),
 		orDefault(nullIfEmpty(templateIfSetAt(l.Key, alias))),
 		orDefault(templateIfSetAt(l.PartitionKey, alias)),
-		orderKeySQL(l, alias),
+		sq.OrderKey(l, alias),
 		orDefault(nullIfEmpty(optColIfSet(alias, l.Headers, "::text"))),
 		optCol(alias, l.EventType, "::text"),
 		optCol(alias, l.AggregateType, "::text"),
@@ -184,7 +109,7 @@ func rowSelect(l *layout.Layout, alias, attempts, ctid, tie, retrying string) []
 		retrying,
 	}
 	for _, t := range l.Extra {
-		out = append(out, templateSQL(t, alias))
+		out = append(out, sq.Template(t, alias))
 	}
 	return out
 }
@@ -198,7 +123,7 @@ func RowSelect(l *layout.Layout, alias, attempts string) []string {
 
 func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration) statements {
 	rs := QuoteIdent(relaySchema)
-	id := col("o", l.ID.Name)
+	id := sq.Col("o", l.ID.Name)
 	idArr := "$1::text[]::" + l.ID.Type + "[]"
 	var s statements
 
@@ -208,7 +133,7 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 	// planner thinks of the table's size (a generic plan made while the
 	// table looked empty once turned id = ANY(...) into a sequential scan
 	// per batch). The rows are locked by the claim, so their ctids hold.
-	setPublished, setDead, setPending := stateSets(l)
+	setPublished, setDead, setPending := sq.StateSets(l)
 	if l.Mode == "delete" {
 		s.ack = "DELETE FROM " + table + " o WHERE o.ctid = ANY($1::tid[])"
 		s.markByID = "DELETE FROM " + table + " o WHERE " + id + " = ANY(" + idArr + ")"
@@ -223,7 +148,7 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 			s.ackBatchID = true
 		}
 		s.ack = "UPDATE " + table + " o SET " + setPublished + " WHERE o.ctid = ANY($1::tid[])"
-		s.markByID = "UPDATE " + table + " o SET " + setPublished + " WHERE " + id + " = ANY(" + idArr + ") AND " + pendingPredicate(l, "o")
+		s.markByID = "UPDATE " + table + " o SET " + setPublished + " WHERE " + id + " = ANY(" + idArr + ") AND " + sq.Pending(l, "o")
 		deadSet := setDead
 		if l.Error != "" {
 			deadSet += ", " + QuoteIdent(l.Error) + " = u.reason"
@@ -270,9 +195,9 @@ LEFT JOIN ` + rs + `.retry_state r ON r.source = $1 AND r.event_id = u.id`
 
 	created := "NULL::timestamptz AS min"
 	if l.CreatedAt != "" {
-		created = "min(" + col("o", l.CreatedAt) + ")::timestamptz AS min"
+		created = "min(" + sq.Col("o", l.CreatedAt) + ")::timestamptz AS min"
 	}
-	backlog := "SELECT count(*), " + created + " FROM " + table + " o WHERE " + pendingPredicate(l, "o")
+	backlog := "SELECT count(*), " + created + " FROM " + table + " o WHERE " + sq.Pending(l, "o")
 	s.stats = StatsStatement(relaySchema, backlog)
 	return s
 }
@@ -283,56 +208,7 @@ func templateIfSetAt(t layout.Template, alias string) string {
 	if len(t) == 0 {
 		return ""
 	}
-	return templateSQL(t, alias)
-}
-
-// stateSets returns the SET lists for a published row, a dead-lettered row and
-// a row put back in the pending set (replay).
-func stateSets(l *layout.Layout) (published, dead, pending string) {
-	var pub, dd, pend []string
-	switch l.Mode {
-	case "flag":
-		pub = append(pub, QuoteIdent(l.Flag)+" = true")
-		// A dead-lettered row leaves the pending set with its published
-		// timestamp still NULL; failed_events says why.
-		dd = append(dd, QuoteIdent(l.Flag)+" = true")
-		pend = append(pend, QuoteIdent(l.Flag)+" = false")
-	case "status":
-		pub = append(pub, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Published))
-		dd = append(dd, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Failed))
-		pend = append(pend, QuoteIdent(l.Status)+" = "+quoteLiteral(l.Pending))
-	case "timestamp":
-		// Without an errored flag the timestamp is the only state there
-		// is: a dead letter takes it out of the pending set with the
-		// dead-letter mark, not a delivery time (see layout.DeadLetterMark).
-		if l.Errored.Name == "" {
-			dd = append(dd, QuoteIdent(l.PublishedAt)+" = '"+layout.DeadLetterMark+"+00'")
-		}
-	}
-	if l.Errored.Name != "" {
-		// The flag alone takes a dead letter out of the pending set; a
-		// flag or timestamp column keeps saying it was never published.
-		if l.Mode == "flag" {
-			dd = dd[:0]
-		}
-		dd = append(dd, QuoteIdent(l.Errored.Name)+" = "+l.ErroredValue(true))
-		pend = append(pend, QuoteIdent(l.Errored.Name)+" = "+l.ErroredValue(false))
-	}
-	if l.PublishedAt != "" {
-		pub = append(pub, QuoteIdent(l.PublishedAt)+" = statement_timestamp()")
-		pend = append(pend, QuoteIdent(l.PublishedAt)+" = NULL")
-	}
-	if l.RetryCount != "" {
-		pend = append(pend, QuoteIdent(l.RetryCount)+" = 0")
-	}
-	if l.Error != "" {
-		// The column's default: NULL, or '' for a NOT NULL column.
-		pend = append(pend, QuoteIdent(l.Error)+" = DEFAULT")
-	}
-	if l.BatchID.Name != "" {
-		pend = append(pend, QuoteIdent(l.BatchID.Name)+" = NULL", QuoteIdent(l.ClaimedAt.Name)+" = NULL")
-	}
-	return strings.Join(pub, ", "), strings.Join(dd, ", "), strings.Join(pend, ", ")
+	return sq.Template(t, alias)
 }
 
 // StatsStatement is the statement RecordStats runs: backlog is a query of

@@ -1,0 +1,40 @@
+package mysql
+
+import (
+	"strings"
+
+	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
+)
+
+// dialect is MySQL's and MariaDB's spelling of what sqlcore writes.
+type dialect struct{}
+
+func (dialect) Quote(ident string) string { return QuoteIdent(ident) }
+func (dialect) Literal(s string) string   { return quoteLiteral(s) }
+
+// Text renders expr as utf8mb4 text.
+func (dialect) Text(expr string) string { return "CAST(" + expr + " AS CHAR CHARACTER SET utf8mb4)" }
+func (dialect) NullText() string        { return "NULL" }
+
+// Concat is CONCAT, which is NULL when any part is.
+func (dialect) Concat(parts []string) string { return "CONCAT(" + strings.Join(parts, ", ") + ")" }
+
+func (dialect) Bool(b bool) string {
+	if b {
+		return "TRUE"
+	}
+	return "FALSE"
+}
+
+func (dialect) Now() string                 { return now }
+func (dialect) Timestamp(utc string) string { return "'" + utc + "'" }
+
+// ResetError is left to Replay: the reset depends on the column's type
+// (see errorReset).
+func (dialect) ResetError(string) string { return "" }
+
+// sq writes the layout's SQL in MySQL's dialect.
+var sq = sqlcore.SQL{D: dialect{}}
+
+// asText renders an expression as utf8mb4 text.
+func asText(expr string) string { return dialect{}.Text(expr) }
