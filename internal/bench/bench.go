@@ -14,18 +14,14 @@
 package bench
 
 import (
-	"cmp"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -51,7 +47,18 @@ type Options struct {
 	BatchSize    int
 	Pipeline     int
 	Layouts      []string // delete, mark, queue
-	Orderings    []bool
+	// Presets, when set, are the tables drain measures instead of
+	// Layouts: presets' tables as their teams wrote them ("all": every
+	// preset the driver has).
+	Presets []string
+	// NoAnalyze measures each drain first on a table never analyzed
+	// (autovacuum off; MySQL: statistics not recalculated), then on a
+	// fresh one analyzed after its prefill.
+	NoAnalyze bool
+	// MaxTime cuts each ceiling loop and relay drain short after this long
+	// (default DefaultMaxTime); the rate is then of the rows drained.
+	MaxTime   time.Duration
+	Orderings []bool
 	// Deliveries are the delivery modes drain measures (at_least_once,
 	// exactly_once); default at_least_once.
 	Deliveries []string
@@ -100,23 +107,38 @@ type Measure struct {
 	// (BEGIN and COMMIT included), per event.
 	StmtsPerEvent   float64 `json:"statements_per_event"`
 	DeadTuplesAfter int64   `json:"dead_tuples_after"`
+	// CutShort says the time limit ended the measurement: Events is what
+	// was drained by then, EventsPerSec that over Seconds.
+	CutShort bool `json:"cut_short,omitempty"`
+	// PlannerRows is the table's row count in its statistics when the
+	// relay started (PostgreSQL: pg_class.reltuples, -1 never analyzed;
+	// MySQL: InnoDB's persistent n_rows), beside Rows actually there.
+	PlannerRows *int64 `json:"planner_rows_at_start,omitempty"`
 }
 
 // Result is one workload in one layout and ordering mode.
 type Result struct {
-	Workload     string  `json:"workload"`
-	Driver       string  `json:"driver"` // postgres or mysql
-	Layout       string  `json:"layout"`
-	Ordering     bool    `json:"ordering"`
-	Delivery     string  `json:"delivery,omitempty"`
-	Rows         int     `json:"rows"`
-	Keys         int     `json:"keys"`
-	BatchSize    int     `json:"batch_size"`
-	Pipeline     int     `json:"pipeline"`
-	Ceiling      Measure `json:"ceiling"`
-	Relay        Measure `json:"relay"`
-	Ratio        float64 `json:"ratio"`
-	PeakRSSBytes int64   `json:"relay_peak_rss_bytes"`
+	Workload string `json:"workload"`
+	Driver   string `json:"driver"` // postgres or mysql
+	Layout   string `json:"layout,omitempty"`
+	// Preset is the preset whose table was drained (--preset), in place
+	// of Layout.
+	Preset    string  `json:"preset,omitempty"`
+	Ordering  bool    `json:"ordering"`
+	Delivery  string  `json:"delivery,omitempty"`
+	Rows      int     `json:"rows"`
+	Keys      int     `json:"keys"`
+	BatchSize int     `json:"batch_size"`
+	Pipeline  int     `json:"pipeline"`
+	Ceiling   Measure `json:"ceiling"`
+	Relay     Measure `json:"relay"`
+	Ratio     float64 `json:"ratio"`
+	// NoAnalyze is the relay on a backlog never analyzed (--no-analyze);
+	// Relay is then the same drain on a fresh table analyzed after its
+	// prefill, and NoAnalyzeRatio the first rate over the second.
+	NoAnalyze      *Measure `json:"relay_no_analyze,omitempty"`
+	NoAnalyzeRatio float64  `json:"no_analyze_ratio,omitempty"`
+	PeakRSSBytes   int64    `json:"relay_peak_rss_bytes"`
 	// OrderHeld (keys workload) says whether every key's events arrived in
 	// the order they were written.
 	OrderHeld *bool `json:"order_held,omitempty"`
@@ -152,8 +174,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.Sink != "kafka" && o.Workload != "drain" {
 		return nil, fmt.Errorf("workload %s publishes to Kafka only; --sink %s applies to drain", o.Workload, o.Sink)
 	}
-	if slices.Contains(o.Layouts, "queue") && (o.Workload != "drain" || o.Driver == "mysql") {
+	if slices.Contains(o.Layouts, "queue") && len(o.Presets) == 0 && (o.Workload != "drain" || o.Driver == "mysql") {
 		return nil, fmt.Errorf("layout queue runs the drain workload on PostgreSQL only")
+	}
+	if (len(o.Presets) > 0 || o.NoAnalyze) && o.Workload != "drain" {
+		return nil, fmt.Errorf("--preset and --no-analyze apply to the drain workload")
+	}
+	if o.Workload == "drain" {
+		if _, err := drainSpecs(o); err != nil {
+			return nil, err
+		}
 	}
 	switch o.Driver {
 	case "", "postgres":
@@ -196,18 +226,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		}
 		return rep, nil
 	}
-	for _, layout := range o.Layouts {
-		if o.Workload != "drain" {
+	if o.Workload != "drain" {
+		for _, layout := range o.Layouts {
 			rs, err := steady(ctx, pool, dsn, k, o, layout, o.Workload)
 			rep.Rates = append(rep.Rates, rs...)
 			if err != nil {
 				return rep, err
 			}
-			continue
 		}
+		return rep, nil
+	}
+	specs, err := drainSpecs(o)
+	if err != nil {
+		return nil, err
+	}
+	for _, sp := range specs {
 		for _, ordering := range o.Orderings {
 			err := eachDelivery(&o, func(od Options) error {
-				r, err := drain(ctx, pool, dsn, od, k, layout, ordering)
+				r, err := drain(ctx, pool, dsn, od, k, sp, ordering)
 				if err == nil {
 					rep.Drain = append(rep.Drain, r)
 				}
@@ -299,94 +335,3 @@ func ownDatabase(ctx context.Context, dsn string) (string, func(), error) {
 }
 
 func newSchema() string { return fmt.Sprintf("outbox_bench_%06x", rand.N(1<<24)) }
-
-// Print writes the report as tables a person can read.
-func Print(w io.Writer, rep *Report) {
-	if rep == nil {
-		return
-	}
-	if len(rep.Drain) > 0 {
-		printDrain(w, rep.Drain)
-	}
-	if len(rep.Rates) > 0 {
-		printRates(w, rep.Rates)
-	}
-}
-
-func printRates(w io.Writer, rs []RateResult) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "workload\tlayout\trate ev/s\trows/tx\tachieved ev/s\tp50 ms\tp99 ms\tp99.9 ms\tmax ms\tsustainable\tidle q/s\t")
-	for _, r := range rs {
-		idle := "-"
-		if r.Workload == "sparse" {
-			idle = fmt.Sprintf("%.2f", r.IdleQueriesPerSec)
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.0f\t%.1f\t%.1f\t%.1f\t%.1f\t%v\t%s\t\n", r.Workload, r.Layout, r.Rate, r.RowsPerTx,
-			r.Achieved, r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Latency.Max, r.Sustainable, idle)
-	}
-	_ = tw.Flush()
-	best := map[string]int{}
-	for _, r := range rs {
-		if r.Workload == "steady" && r.Sustainable {
-			k := fmt.Sprintf("%s, %d rows/tx", r.Layout, r.RowsPerTx)
-			best[k] = max(best[k], r.Rate)
-		}
-	}
-	for k, v := range best {
-		fmt.Fprintf(w, "highest sustainable steady rate (%s): %d events/s\n", k, v)
-	}
-}
-
-func printDrain(w io.Writer, rs []Result) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
-	my := rs[0].Driver == "mysql"
-	dbCol, logCol, deadCol := "pg CPU µs/ev", "WAL B/ev", "dead tuples"
-	if my {
-		dbCol, logCol = "mariadb CPU µs/ev", "redo B/ev"
-	}
-	fmt.Fprintf(tw, "workload\tsink\tdelivery\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\trelay CPU µs/ev\t%s\tbroker CPU µs/ev\t%s\txacts/ev\tstmts/ev\t%s\trelay RSS MB\t\n", dbCol, logCol, deadCol)
-	for _, r := range rs {
-		ord := "off"
-		if r.Ordering {
-			ord = "on"
-		}
-		ceil, ratio := fmt.Sprintf("%.0f", r.Ceiling.EventsPerSec), fmt.Sprintf("%.2f", r.Ratio)
-		if r.Ceiling.Events == 0 {
-			ceil, ratio = "-", "-"
-		}
-		if r.OrderHeld != nil && !*r.OrderHeld {
-			ratio += " ORDER BROKEN"
-		}
-		dbCPU, logBytes, dead := r.Relay.PostgresCPUMs1k, r.Relay.WALBytesPerEvent, fmt.Sprint(r.Relay.DeadTuplesAfter)
-		if r.Driver == "mysql" {
-			dbCPU, logBytes, dead = r.Relay.MariaDBCPUMs1k, r.Relay.RedoBytesPerEvent, "-"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%s\t%.0f\t\n",
-			r.Workload, r.Sink, cmp.Or(r.Delivery, config.DeliveryAtLeastOnce), r.Layout, ord, r.Rows, r.Keys, ceil, r.Relay.EventsPerSec, ratio,
-			r.Relay.CPUMsPer1k, dbCPU, r.Relay.BrokerCPUMs1k, logBytes, r.Relay.XactsPerEvent, r.Relay.StmtsPerEvent,
-			dead, float64(r.PeakRSSBytes)/(1<<20))
-	}
-	_ = tw.Flush()
-	if my {
-		fmt.Fprintln(w, "mariadb CPU and redo bytes are the whole server's, its other clients included; xacts are the relay's COMMITs and ROLLBACKs")
-	}
-	said := map[string]bool{}
-	for _, r := range rs {
-		if r.SinkNote != "" && !said[r.SinkNote] {
-			said[r.SinkNote] = true
-			fmt.Fprintf(w, "sink %s: %s\n", r.Sink, r.SinkNote)
-		}
-		if r.SinkStored != nil && *r.SinkStored < r.Relay.Events {
-			fmt.Fprintf(w, "sink %s (%s, ordering %v): the server holds %d events of %d published\n", r.Sink, r.Layout, r.Ordering, *r.SinkStored, r.Relay.Events)
-		}
-	}
-}
-
-// WriteJSON writes the report to path.
-func WriteJSON(path string, rep *Report) error {
-	b, err := json.MarshalIndent(map[string]any{"time": time.Now().UTC(), "report": rep}, "", "  ")
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, append(b, '\n'), 0o644)
-}

@@ -149,11 +149,11 @@ func TestMySQLRunDropsItsDatabase(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tb := newMyTable("delete")
+	tb := newMyTable("delete", deleteLayoutMy)
 	if err := tb.create(ctx, r.db); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.fill(ctx, r.db, "bench", 100, 10, 100); err != nil {
+	if err := tb.fill(ctx, r.db, "bench", 100, 10, 100, true); err != nil {
 		t.Fatal(err)
 	}
 	var n int
@@ -188,7 +188,7 @@ func TestRelayRegistryQuiet(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.close(ctx)
-	tb := newMyTable("delete")
+	tb := newMyTable("delete", deleteLayoutMy)
 	if err := tb.create(ctx, r.db); err != nil {
 		t.Fatal(err)
 	}

@@ -12,75 +12,91 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
-// drain measures the ceiling and the relay on a prefilled backlog.
-func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, layout string, ordering bool) (Result, error) {
-	t := table{schema: newSchema(), layout: layout, dsn: dsn}
-	res := Result{Workload: "drain", Driver: "postgres", Layout: layout, Ordering: ordering, Delivery: firstOr(o.Deliveries, config.DeliveryAtLeastOnce), Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
+// drain measures one table on PostgreSQL: the ceiling and the relay on a
+// prefilled backlog (drainPasses).
+func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, sp *spec, ordering bool) (Result, error) {
+	res := newDrainResult(o, "postgres", sp, ordering)
+	return drainPasses(o, res, k, func(o Options, analyze, withCeiling bool) (pass, error) {
+		return pgPass(ctx, pool, dsn, o, k, sp, ordering, analyze, withCeiling)
+	})
+}
+
+// pgPass makes a fresh table of sp's shape and its relay, prefills it and
+// drains it: with a ceiling, the ceiling loop first and the relay on a
+// second prefill. Analyze runs VACUUM ANALYZE after each prefill; with
+// o.NoAnalyze autovacuum is off for the table either way.
+func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, sp *spec, ordering, analyze, withCeiling bool) (pass, error) {
+	var p pass
+	t := newTable(sp.name, sp.pg, dsn)
 	if err := t.create(ctx, pool); err != nil {
-		return res, err
+		return p, err
 	}
 	defer t.drop(context.WithoutCancel(ctx), pool)
 	tg, err := newTarget(ctx, o, k)
 	if err != nil {
-		return res, err
+		return p, err
 	}
 	defer tg.close()
-	res.Sink, res.SinkNote = tg.kind, tg.note
+	p.sink, p.note = tg.kind, tg.note
 	progress(o, "sink %s: %s", tg.kind, tg.note)
 	a, stmts, cleanup, err := openRelay(ctx, pool, dsn, tg, o, t, ordering)
 	if err != nil {
-		return res, err
+		return p, err
 	}
 	defer cleanup()
-
-	progress(o, "%s/%s ordering=%v: prefilling %d rows", layout, "drain", ordering, o.Rows)
-	if err := t.fill(ctx, pool, o.Rows, o.Keys, o.PayloadBytes); err != nil {
-		return res, err
-	}
-	srcs, err := a.Resolve(ctx)
-	if err != nil {
-		return res, err
-	}
-	res.Ceiling, err = measure(ctx, pool, t, nil, stmts, func() (int, error) { return ceiling(ctx, srcs[0].Store, o, layout) })
-	if err != nil {
-		return res, fmt.Errorf("ceiling: %w", err)
-	}
-	progress(o, "%s ordering=%v: ceiling %.0f events/s; prefilling again", layout, ordering, res.Ceiling.EventsPerSec)
-	if err := t.reset(ctx, pool); err != nil {
-		return res, err
-	}
-	if err := t.fill(ctx, pool, o.Rows, o.Keys, o.PayloadBytes); err != nil {
-		return res, err
-	}
-	if o.RelayProfile != nil {
-		if err := pprof.StartCPUProfile(o.RelayProfile); err != nil {
-			return res, err
+	if o.NoAnalyze {
+		if err := t.autovacuumOff(ctx, pool); err != nil {
+			return p, err
 		}
 	}
-	res.Relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relay(ctx, a, o, layout) })
+	fill := func() error {
+		progress(o, "%s ordering=%v: prefilling %d rows (analyze: %v)", t.layout, ordering, o.Rows, analyze)
+		return t.fill(ctx, pool, tg.topic, o.Rows, o.Keys, o.PayloadBytes, analyze)
+	}
+	if err := fill(); err != nil {
+		return p, err
+	}
+	if withCeiling {
+		srcs, err := a.Resolve(ctx)
+		if err != nil {
+			return p, err
+		}
+		p.ceiling, err = measure(ctx, pool, t, nil, stmts, func() (int, error) { return ceiling(ctx, srcs[0].Store, o) })
+		if err != nil {
+			return p, fmt.Errorf("ceiling: %w", err)
+		}
+		progress(o, "%s ordering=%v: ceiling %.0f events/s%s", t.layout, ordering, p.ceiling.EventsPerSec, cutNote(p.ceiling))
+		if err := t.reset(ctx, pool); err != nil {
+			return p, err
+		}
+		if err := fill(); err != nil {
+			return p, err
+		}
+	}
+	planned := t.plannerRows(ctx, pool)
+	if o.RelayProfile != nil {
+		if err := pprof.StartCPUProfile(o.RelayProfile); err != nil {
+			return p, err
+		}
+	}
+	p.relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relay(ctx, a, o) })
 	if o.RelayProfile != nil {
 		pprof.StopCPUProfile()
 	}
 	if err != nil {
-		return res, fmt.Errorf("relay: %w", err)
+		return p, fmt.Errorf("relay: %w", err)
 	}
-	res.Ratio = res.Relay.EventsPerSec / res.Ceiling.EventsPerSec
-	res.PeakRSSBytes = peakRSS()
-	if k.br != nil && tg.kind == "kafka" {
-		res.BrokerRSS = k.br.rss()
-	}
+	p.relay.PlannerRows = planned
 	if tg.stored != nil {
 		n, err := tg.stored(ctx)
 		if err != nil {
-			return res, fmt.Errorf("count what the %s server holds: %w", tg.kind, err)
+			return p, fmt.Errorf("count what the %s server holds: %w", tg.kind, err)
 		}
-		res.SinkStored = &n
+		p.stored = &n
 	}
-	progress(o, "%s ordering=%v: relay %.0f events/s, ratio %.2f", layout, ordering, res.Relay.EventsPerSec, res.Ratio)
-	return res, nil
+	return p, nil
 }
 
 // openRelay builds (and migrates) a relay process for the benchmark table.
@@ -131,12 +147,11 @@ func measure(ctx context.Context, pool *pgxpool.Pool, t table, serverCPU func() 
 		return serverCPU()
 	}
 	stmts0 := stmts.load()
-	cpu0, pg0, br0, start := selfCPU(), postgresCPU(), brokerCPU(), time.Now()
-	n, err := fn()
+	cpu0, pg0, br0 := selfCPU(), postgresCPU(), brokerCPU()
+	n, elapsed, cut, err := measured(fn)
 	if err != nil {
 		return Measure{}, err
 	}
-	elapsed := time.Since(start)
 	cpu, pg, brc := selfCPU()-cpu0, postgresCPU()-pg0, brokerCPU()-br0
 	nstmts := stmts.load() - stmts0
 	after, err := readCounters(ctx, pool)
@@ -145,7 +160,7 @@ func measure(ctx context.Context, pool *pgxpool.Pool, t table, serverCPU func() 
 	}
 	ev := float64(max(n, 1))
 	return Measure{
-		Events: n, Seconds: elapsed.Seconds(), EventsPerSec: float64(n) / elapsed.Seconds(),
+		Events: n, Seconds: elapsed.Seconds(), EventsPerSec: float64(n) / elapsed.Seconds(), CutShort: cut,
 		CPUMsPer1k:       float64(cpu.Milliseconds()) / ev * 1000,
 		PostgresCPUMs1k:  float64(pg.Milliseconds()) / ev * 1000,
 		BrokerCPUMs1k:    float64(brc.Milliseconds()) / ev * 1000,
@@ -154,61 +169,6 @@ func measure(ctx context.Context, pool *pgxpool.Pool, t table, serverCPU func() 
 		StmtsPerEvent:    float64(nstmts) / ev,
 		DeadTuplesAfter:  deadTuples(ctx, pool, t.schema),
 	}, nil
-}
-
-// ceiling loops the relay's own claim and acknowledge statements, one batch
-// at a time, with no broker.
-func ceiling(ctx context.Context, st source.Store, o Options, layout string) (int, error) {
-	n := 0
-	last := time.Now()
-	for {
-		b, err := st.Claim(ctx, o.BatchSize)
-		if err != nil {
-			return n, err
-		}
-		if b == nil {
-			return n, nil
-		}
-		rows := b.Rows()
-		all := make([]int, len(rows))
-		for i := range all {
-			all[i] = i
-		}
-		if err := b.Complete(ctx, source.Outcome{Published: all}); err != nil {
-			return n, err
-		}
-		n += len(rows)
-		if time.Since(last) > time.Second {
-			progress(o, "  ceiling: %d/%d", n, o.Rows)
-			last = time.Now()
-		}
-	}
-}
-
-// relay runs the whole relay until it has published every row.
-func relay(ctx context.Context, a *app.App, o Options, layout string) (int, error) {
-	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(rctx) }()
-	defer func() { stop(); <-done }()
-	last := time.Now()
-	for {
-		n := published(a.Registry())
-		if n >= o.Rows {
-			return n, nil
-		}
-		select {
-		case err := <-done:
-			return n, fmt.Errorf("relay stopped early: %v", err)
-		case <-ctx.Done():
-			return n, ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Since(last) > time.Second {
-			progress(o, "  relay: %d/%d", n, o.Rows)
-			last = time.Now()
-		}
-	}
 }
 
 // quietRegistry takes the Go runtime and process collectors out of the

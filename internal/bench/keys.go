@@ -14,7 +14,7 @@ import (
 // spread over many, and checks with a consumer that every key's events
 // arrived in the order they were written.
 func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, keys int) (Result, error) {
-	t := table{schema: newSchema(), layout: "delete"}
+	t := newTable("delete", deleteLayoutPG, dsn)
 	res := Result{Workload: "keys", Driver: "postgres", Layout: t.layout, Ordering: true, Rows: o.Rows, Keys: keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if err := t.create(ctx, pool); err != nil {
 		return res, err
@@ -28,7 +28,7 @@ func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k k
 	}
 	defer cleanup()
 	progress(o, "keys=%d: prefilling %d rows", keys, o.Rows)
-	if err := t.fill(ctx, pool, o.Rows, keys, o.PayloadBytes); err != nil {
+	if err := t.fill(ctx, pool, tg.topic, o.Rows, keys, o.PayloadBytes, true); err != nil {
 		return res, err
 	}
 	oc, err := newOrderChecker(ctx, k.brokers)
@@ -36,7 +36,7 @@ func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k k
 		return res, err
 	}
 	defer oc.stop()
-	res.Relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relay(ctx, a, o, "delete") })
+	res.Relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relay(ctx, a, o) })
 	if err != nil {
 		return res, err
 	}

@@ -9,11 +9,11 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"strings"
+	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
 // DefaultMySQLDSN is the local MariaDB the benchmark uses with driver mysql.
@@ -62,102 +62,155 @@ func (r *myRun) close(ctx context.Context) {
 	_ = r.db.Close()
 }
 
-// myTable is the benchmark's outbox table in the run's database: layout
-// delete is a table of the benchmark's own whose rows the relay deletes;
-// layout mark is seed 004's kafka_outbox, created by the relay's own
-// migrations (preset kafka-outbox), whose rows get push_completed_at.
+// killQueries ends the statements still running in the run's database on
+// other connections: the server runs a statement on after its client gave
+// up on it and closed the connection.
+func (r *myRun) killQueries(ctx context.Context) {
+	rows, err := r.db.QueryContext(ctx, `SELECT ID FROM information_schema.PROCESSLIST
+WHERE DB = ? AND ID <> CONNECTION_ID() AND COMMAND IN ('Query', 'Execute')`, r.name)
+	if err != nil {
+		return
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if rows.Scan(&id) == nil {
+			ids = append(ids, id)
+		}
+	}
+	_ = rows.Close()
+	for _, id := range ids {
+		_, _ = r.db.ExecContext(ctx, "KILL QUERY "+strconv.FormatInt(id, 10))
+	}
+}
+
+// myTable is the benchmark's outbox table in the run's database, of one
+// shape; a table of a name of its own, so that the relay's migrations make
+// a fresh kafka_outbox for each.
 type myTable struct {
 	name   string
-	layout string // delete|mark
+	layout string // the layout's or preset's name, for the report
+	sh     *shape
 }
 
-func newMyTable(layout string) myTable {
-	sfx := fmt.Sprintf("%06x", rand.N(1<<24))
-	if layout == "mark" {
-		return myTable{name: "kafka_outbox_" + sfx, layout: layout}
-	}
-	return myTable{name: "outbox_" + sfx, layout: layout}
+func newMyTable(layout string, sh *shape) myTable {
+	return myTable{name: fmt.Sprintf("%s_%06x", sh.table, rand.N(1<<24)), layout: layout, sh: sh}
 }
 
-// create makes the delete layout's table; the relay migrates the mark
-// layout's.
+// create makes the table; the relay's migrations make kafka_outbox
+// (openMyRelay).
 func (t myTable) create(ctx context.Context, db *sql.DB) error {
-	if t.layout == "mark" {
+	if t.sh.ddl == "" {
 		return nil
 	}
-	_, err := db.ExecContext(ctx, `CREATE TABLE `+t.name+` (
-  id BIGINT UNSIGNED NOT NULL AUTO_INCREMENT PRIMARY KEY,
-  aggregate_id VARCHAR(64) NOT NULL,
-  event_type VARCHAR(64) NOT NULL,
-  payload JSON NOT NULL,
-  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)
-)`)
-	if err != nil {
-		return fmt.Errorf("create benchmark table: %w", err)
+	if _, err := db.ExecContext(ctx, expand(t.sh.ddl, "`"+t.name+"`")); err != nil {
+		return fmt.Errorf("create benchmark table %s: %w", t.layout, err)
+	}
+	return nil
+}
+
+// statsFixed makes InnoDB keep the table's statistics where they are
+// (persistent, not recalculated after changes): only ANALYZE TABLE updates
+// them. Applied right after the table is made, while it is empty.
+func (t myTable) statsFixed(ctx context.Context, db *sql.DB) error {
+	if _, err := db.ExecContext(ctx, "ALTER TABLE `"+t.name+"` STATS_PERSISTENT=1, STATS_AUTO_RECALC=0"); err != nil {
+		return fmt.Errorf("fix the statistics of %s: %w", t.name, err)
 	}
 	return nil
 }
 
 // source is the relay's source for the table.
 func (t myTable) source(database, topic string, batch, pipeline int, ordering bool) config.Source {
-	s := config.Source{Name: "bench", Database: "bench", Table: database + "." + t.name, BatchSize: batch, Pipeline: pipeline, Ordering: &ordering}
-	if t.layout == "mark" {
-		s.Preset = "kafka-outbox"
+	name := t.name
+	if strings.ToLower(name) != name {
+		name = `"` + name + `"`
+	}
+	s := config.Source{Name: "bench", Database: "bench", Table: database + "." + name, BatchSize: batch, Pipeline: pipeline, Ordering: &ordering}
+	if t.sh.preset == "" {
+		s.Layout = t.sh.layout
+		s.Layout.Topic = topic
 		return s
 	}
-	s.Layout = layout.Spec{
-		ID: "id", Payload: "payload", PayloadFormat: "json", Topic: topic, Key: "{aggregate_id}",
-		EventType: "event_type", CreatedAt: "created_at", OrderBy: "id",
-		State: layout.State{Mode: "delete"},
-	}
+	s.Preset, s.Topic = t.sh.preset, topic
 	return s
 }
 
-// fill loads n rows with one LOAD DATA LOCAL INFILE from a reader (one
-// statement, one transaction): keys spread over keys aggregates, payloads
-// of about payloadBytes bytes of JSON, all to topic.
-func (t myTable) fill(ctx context.Context, db *sql.DB, topic string, n, keys, payloadBytes int) error {
-	pad := strings.Repeat("x", max(payloadBytes-40, 0))
+// fill loads n rows for topic with one LOAD DATA LOCAL INFILE from a
+// reader (one statement, one transaction): keys spread over keys, payloads
+// of about payloadBytes bytes of JSON. With analyze, ANALYZE TABLE follows.
+func (t myTable) fill(ctx context.Context, db *sql.DB, topic string, n, keys, payloadBytes int, analyze bool) error {
+	g := newRowGen(n, keys, payloadBytes, topic)
 	handler := "outbox_bench_" + t.name
 	gomysql.RegisterReaderHandler(handler, func() io.Reader {
 		pr, pw := io.Pipe()
 		go func() {
 			w := bufio.NewWriterSize(pw, 1<<16)
 			for i := range n {
-				k := "key-" + strconv.Itoa(i%keys)
-				payload := `{"seq":` + strconv.Itoa(i) + `,"key":"` + k + `","pad":"` + pad + `"}`
-				if t.layout == "mark" {
-					_, _ = w.WriteString(topic + "\t" + k + "\t" + payload + "\n")
-				} else {
-					_, _ = w.WriteString(k + "\tbench.event\t" + payload + "\n")
+				for j, v := range t.sh.row(g, i) {
+					if j > 0 {
+						_ = w.WriteByte('\t')
+					}
+					_, _ = w.WriteString(loadText(v))
 				}
+				_ = w.WriteByte('\n')
 			}
 			pw.CloseWithError(w.Flush())
 		}()
 		return pr
 	})
 	defer gomysql.DeregisterReaderHandler(handler)
-	cols := "(aggregate_id, event_type, payload)"
-	if t.layout == "mark" {
-		cols = "(topic, `key`, payload_json)"
-	}
-	if _, err := db.ExecContext(ctx, "LOAD DATA LOCAL INFILE 'Reader::"+handler+"' INTO TABLE "+t.name+" "+cols); err != nil {
+	cols := "(`" + strings.Join(t.sh.cols, "`, `") + "`)"
+	if _, err := db.ExecContext(ctx, "LOAD DATA LOCAL INFILE 'Reader::"+handler+"' INTO TABLE `"+t.name+"` "+cols); err != nil {
 		return fmt.Errorf("prefill: %w", err)
 	}
-	if _, err := db.ExecContext(ctx, "ANALYZE TABLE "+t.name); err != nil {
+	if !analyze {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, "ANALYZE TABLE `"+t.name+"`"); err != nil {
 		return fmt.Errorf("analyze: %w", err)
 	}
 	return nil
 }
 
+// loadText is v as LOAD DATA reads it (the values have no tabs, newlines
+// or backslashes).
+func loadText(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case int64:
+		return strconv.FormatInt(v, 10)
+	case time.Time:
+		return v.UTC().Format("2006-01-02 15:04:05.000000")
+	case nil:
+		return `\N`
+	default:
+		return fmt.Sprint(v)
+	}
+}
+
+// plannerRows is the table's row count in InnoDB's persistent statistics
+// (mysql.innodb_table_stats), else information_schema's estimate.
+func (t myTable) plannerRows(ctx context.Context, db *sql.DB, database string) *int64 {
+	var n int64
+	err := db.QueryRowContext(ctx, "SELECT n_rows FROM mysql.innodb_table_stats WHERE database_name = ? AND table_name = ?", database, t.name).Scan(&n)
+	if err != nil {
+		err = db.QueryRowContext(ctx, "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?", database, t.name).Scan(&n)
+	}
+	if err != nil {
+		return nil
+	}
+	return &n
+}
+
 // reset empties the table for the next measurement.
 func (t myTable) reset(ctx context.Context, db *sql.DB) error {
-	if _, err := db.ExecContext(ctx, "TRUNCATE TABLE "+t.name); err != nil {
+	if _, err := db.ExecContext(ctx, "TRUNCATE TABLE `"+t.name+"`"); err != nil {
 		return fmt.Errorf("empty %s: %w", t.name, err)
 	}
 	return nil
 }
 
 func (t myTable) drop(ctx context.Context, db *sql.DB) {
-	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+t.name+", "+t.name+"_goose_version")
+	_, _ = db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+t.name+"`, `"+t.name+"_goose_version`")
 }

@@ -37,10 +37,14 @@ func runMySQL(ctx context.Context, o Options) (*Report, error) {
 		}
 		return rep, nil
 	}
-	for _, layout := range o.Layouts {
+	specs, err := drainSpecs(o)
+	if err != nil {
+		return nil, err
+	}
+	for _, sp := range specs {
 		for _, ordering := range o.Orderings {
 			err := eachDelivery(&o, func(od Options) error {
-				res, err := drainMySQL(ctx, r, od, k, layout, ordering)
+				res, err := drainMySQL(ctx, r, od, k, sp, ordering)
 				if err == nil {
 					rep.Drain = append(rep.Drain, res)
 				}
@@ -54,79 +58,98 @@ func runMySQL(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
-// drainMySQL measures the ceiling and the relay on a prefilled backlog, as
-// drain does on PostgreSQL.
-func drainMySQL(ctx context.Context, r *myRun, o Options, k kafkaEnv, layout string, ordering bool) (Result, error) {
-	t := newMyTable(layout)
-	res := Result{Workload: "drain", Driver: "mysql", Layout: layout, Ordering: ordering, Delivery: firstOr(o.Deliveries, config.DeliveryAtLeastOnce), Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
+// drainMySQL measures one table on MySQL or MariaDB, as drain does on
+// PostgreSQL.
+func drainMySQL(ctx context.Context, r *myRun, o Options, k kafkaEnv, sp *spec, ordering bool) (Result, error) {
+	res := newDrainResult(o, "mysql", sp, ordering)
+	return drainPasses(o, res, k, func(o Options, analyze, withCeiling bool) (pass, error) {
+		return myPass(ctx, r, o, k, sp, ordering, analyze, withCeiling)
+	})
+}
+
+// myPass is pgPass on MySQL or MariaDB. With o.NoAnalyze the table's InnoDB
+// statistics are persistent and not recalculated automatically: only
+// ANALYZE TABLE (analyze) updates them.
+func myPass(ctx context.Context, r *myRun, o Options, k kafkaEnv, sp *spec, ordering, analyze, withCeiling bool) (pass, error) {
+	var p pass
+	t := newMyTable(sp.name, sp.my)
 	if err := t.create(ctx, r.db); err != nil {
-		return res, err
+		return p, err
 	}
 	defer t.drop(context.WithoutCancel(ctx), r.db)
 	tg, err := newTarget(ctx, o, k)
 	if err != nil {
-		return res, err
+		return p, err
 	}
 	defer tg.close()
-	res.Sink, res.SinkNote = tg.kind, tg.note
+	p.sink, p.note = tg.kind, tg.note
 	progress(o, "sink %s: %s", tg.kind, tg.note)
 	a, cleanup, err := openMyRelay(ctx, r, tg, o, t, ordering)
 	if err != nil {
-		return res, err
+		return p, err
 	}
 	defer cleanup()
-
-	progress(o, "%s/drain ordering=%v: prefilling %d rows", layout, ordering, o.Rows)
-	if err := t.fill(ctx, r.db, tg.topic, o.Rows, o.Keys, o.PayloadBytes); err != nil {
-		return res, err
-	}
-	srcs, err := a.Resolve(ctx)
-	if err != nil {
-		return res, err
-	}
-	res.Ceiling, err = measureMySQL(ctx, r, nil, func() (int, error) { return ceiling(ctx, srcs[0].Store, o, layout) })
-	if err != nil {
-		return res, fmt.Errorf("ceiling: %w", err)
-	}
-	progress(o, "%s ordering=%v: ceiling %.0f events/s; prefilling again", layout, ordering, res.Ceiling.EventsPerSec)
-	if err := t.reset(ctx, r.db); err != nil {
-		return res, err
-	}
-	if err := t.fill(ctx, r.db, tg.topic, o.Rows, o.Keys, o.PayloadBytes); err != nil {
-		return res, err
-	}
-	if o.RelayProfile != nil {
-		if err := pprof.StartCPUProfile(o.RelayProfile); err != nil {
-			return res, err
+	// A statement the relay gave up on at the time limit runs on in the
+	// server, holding the table: end it before the table is dropped.
+	defer r.killQueries(context.WithoutCancel(ctx))
+	if o.NoAnalyze {
+		if err := t.statsFixed(ctx, r.db); err != nil {
+			return p, err
 		}
 	}
-	res.Relay, err = measureMySQL(ctx, r, tg.cpu, func() (int, error) { return relay(ctx, a, o, layout) })
+	fill := func() error {
+		progress(o, "%s ordering=%v: prefilling %d rows (analyze: %v)", t.layout, ordering, o.Rows, analyze)
+		return t.fill(ctx, r.db, tg.topic, o.Rows, o.Keys, o.PayloadBytes, analyze)
+	}
+	if err := fill(); err != nil {
+		return p, err
+	}
+	if withCeiling {
+		srcs, err := a.Resolve(ctx)
+		if err != nil {
+			return p, err
+		}
+		p.ceiling, err = measureMySQL(ctx, r, nil, func() (int, error) { return ceiling(ctx, srcs[0].Store, o) })
+		if err != nil {
+			return p, fmt.Errorf("ceiling: %w", err)
+		}
+		progress(o, "%s ordering=%v: ceiling %.0f events/s%s", t.layout, ordering, p.ceiling.EventsPerSec, cutNote(p.ceiling))
+		r.killQueries(ctx)
+		if err := t.reset(ctx, r.db); err != nil {
+			return p, err
+		}
+		if err := fill(); err != nil {
+			return p, err
+		}
+	}
+	planned := t.plannerRows(ctx, r.db, r.name)
+	if o.RelayProfile != nil {
+		if err := pprof.StartCPUProfile(o.RelayProfile); err != nil {
+			return p, err
+		}
+	}
+	p.relay, err = measureMySQL(ctx, r, tg.cpu, func() (int, error) { return relay(ctx, a, o) })
 	if o.RelayProfile != nil {
 		pprof.StopCPUProfile()
 	}
 	if err != nil {
-		return res, fmt.Errorf("relay: %w", err)
+		return p, fmt.Errorf("relay: %w", err)
 	}
-	res.Ratio = res.Relay.EventsPerSec / res.Ceiling.EventsPerSec
-	res.PeakRSSBytes = peakRSS()
-	if k.br != nil && tg.kind == "kafka" {
-		res.BrokerRSS = k.br.rss()
-	}
+	p.relay.PlannerRows = planned
 	if tg.stored != nil {
 		n, err := tg.stored(ctx)
 		if err != nil {
-			return res, fmt.Errorf("count what the %s server holds: %w", tg.kind, err)
+			return p, fmt.Errorf("count what the %s server holds: %w", tg.kind, err)
 		}
-		res.SinkStored = &n
+		p.stored = &n
 	}
-	progress(o, "%s ordering=%v: relay %.0f events/s, ratio %.2f", layout, ordering, res.Relay.EventsPerSec, res.Ratio)
-	return res, nil
+	return p, nil
 }
 
 // keysMySQL drains a backlog with ordering on over keys keys and checks
 // per-key order with a consumer, as keysRun does on PostgreSQL.
 func keysMySQL(ctx context.Context, r *myRun, o Options, k kafkaEnv, keys int) (Result, error) {
-	t := newMyTable("delete")
+	t := newMyTable("delete", deleteLayoutMy)
 	res := Result{Workload: "keys", Driver: "mysql", Layout: t.layout, Ordering: true, Rows: o.Rows, Keys: keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if err := t.create(ctx, r.db); err != nil {
 		return res, err
@@ -140,7 +163,7 @@ func keysMySQL(ctx context.Context, r *myRun, o Options, k kafkaEnv, keys int) (
 	}
 	defer cleanup()
 	progress(o, "keys=%d: prefilling %d rows", keys, o.Rows)
-	if err := t.fill(ctx, r.db, tg.topic, o.Rows, keys, o.PayloadBytes); err != nil {
+	if err := t.fill(ctx, r.db, tg.topic, o.Rows, keys, o.PayloadBytes, true); err != nil {
 		return res, err
 	}
 	oc, err := newOrderChecker(ctx, k.brokers)
@@ -148,7 +171,7 @@ func keysMySQL(ctx context.Context, r *myRun, o Options, k kafkaEnv, keys int) (
 		return res, err
 	}
 	defer oc.stop()
-	res.Relay, err = measureMySQL(ctx, r, tg.cpu, func() (int, error) { return relay(ctx, a, o, "delete") })
+	res.Relay, err = measureMySQL(ctx, r, tg.cpu, func() (int, error) { return relay(ctx, a, o) })
 	if err != nil {
 		return res, err
 	}
@@ -208,18 +231,17 @@ func measureMySQL(ctx context.Context, r *myRun, serverCPU func() time.Duration,
 	}
 	redo0 := redoWritten(ctx, r.db)
 	stmts0, xacts0 := myStmts.stmts.Load(), myStmts.xacts.Load()
-	cpu0, db0, br0, start := selfCPU(), mariadbCPU(), brokerCPU(), time.Now()
-	n, err := fn()
+	cpu0, db0, br0 := selfCPU(), mariadbCPU(), brokerCPU()
+	n, elapsed, cut, err := measured(fn)
 	if err != nil {
 		return Measure{}, err
 	}
-	elapsed := time.Since(start)
 	cpu, dbc, brc := selfCPU()-cpu0, mariadbCPU()-db0, brokerCPU()-br0
 	stmts, xacts := myStmts.stmts.Load()-stmts0, myStmts.xacts.Load()-xacts0
 	redo := redoWritten(ctx, r.db) - redo0
 	ev := float64(max(n, 1))
 	return Measure{
-		Events: n, Seconds: elapsed.Seconds(), EventsPerSec: float64(n) / elapsed.Seconds(),
+		Events: n, Seconds: elapsed.Seconds(), EventsPerSec: float64(n) / elapsed.Seconds(), CutShort: cut,
 		CPUMsPer1k:        float64(cpu.Milliseconds()) / ev * 1000,
 		MariaDBCPUMs1k:    float64(dbc.Milliseconds()) / ev * 1000,
 		BrokerCPUMs1k:     float64(brc.Milliseconds()) / ev * 1000,

@@ -107,7 +107,11 @@ func atRate(ctx context.Context, pool *pgxpool.Pool, brokers []string, t table, 
 
 // steady runs the relay and, for each rate and transaction size, atRate.
 func steady(ctx context.Context, pool *pgxpool.Pool, dsn string, k kafkaEnv, o Options, layout, workload string) ([]RateResult, error) {
-	t := table{schema: newSchema(), layout: layout}
+	sp, ok := layoutSpecs[layout]
+	if !ok {
+		return nil, fmt.Errorf("unknown layout %q (have: delete, mark)", layout)
+	}
+	t := newTable(layout, sp.pg, dsn)
 	if err := t.create(ctx, pool); err != nil {
 		return nil, err
 	}

@@ -3,136 +3,129 @@ package bench
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source/queue"
 )
 
-// table is the benchmark's outbox table in its own schema.
+// table is the benchmark's outbox table in its own schema, of one shape.
 type table struct {
 	schema string
-	layout string // delete|mark|queue
+	layout string // the layout's or preset's name, for the report
+	sh     *shape
 	dsn    string // for the queue's migrations
 }
 
-func (t table) name() string {
-	if t.layout == "queue" {
-		return t.schema + ".payment_outbox_pending"
-	}
-	return t.schema + ".outbox"
+func newTable(name string, sh *shape, dsn string) table {
+	return table{schema: newSchema(), layout: name, sh: sh, dsn: dsn}
 }
 
-// create makes the schema and the table with the indexes the layout's claim
-// query uses.
+func (t table) name() string { return t.schema + "." + t.sh.table }
+
+// names are the table and the shape's other tables, qualified.
+func (t table) names() []string {
+	out := []string{t.name()}
+	for _, e := range t.sh.extra {
+		out = append(out, t.schema+"."+e)
+	}
+	return out
+}
+
+// create makes the schema and the table with the indexes its claim query
+// uses: the shape's DDL, run with the schema as search_path, or the
+// queue's migrations. The relay's migrations make kafka_outbox (openRelay).
 func (t table) create(ctx context.Context, pool *pgxpool.Pool) error {
-	if t.layout == "queue" {
+	if t.sh.preset == "payment-queue" {
 		// Seed 003's tables, as preset payment-queue's migrations make them.
 		if err := queue.Migrate(ctx, t.dsn, t.schema); err != nil {
 			return fmt.Errorf("create benchmark queue: %w", err)
 		}
 		return nil
 	}
-	ddl := fmt.Sprintf(`CREATE SCHEMA %[1]s;
-CREATE TABLE %[1]s.outbox (
-  id BIGSERIAL PRIMARY KEY,
-  aggregate_id TEXT NOT NULL,
-  event_type TEXT NOT NULL,
-  payload JSONB NOT NULL,
-  created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp(),
-  published BOOLEAN NOT NULL DEFAULT false,
-  published_at TIMESTAMPTZ
-);`, t.schema)
-	if t.layout == "mark" {
-		ddl += fmt.Sprintf("CREATE INDEX outbox_pending ON %s.outbox (id) WHERE published = false;", t.schema)
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, "CREATE SCHEMA "+t.schema+"; SET LOCAL search_path TO "+t.schema); err != nil {
+			return err
+		}
+		if t.sh.ddl == "" {
+			return nil
+		}
+		_, err := tx.Exec(ctx, expand(t.sh.ddl, t.schema))
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create benchmark table %s: %w", t.layout, err)
 	}
-	if _, err := pool.Exec(ctx, ddl); err != nil {
-		return fmt.Errorf("create benchmark table: %w", err)
+	return nil
+}
+
+// expand puts name where ddl says %[1]s.
+func expand(ddl, name string) string { return strings.ReplaceAll(ddl, "%[1]s", name) }
+
+// autovacuumOff keeps autovacuum, and so its automatic ANALYZE, away from
+// the shape's tables: their statistics stay what the benchmark made them.
+func (t table) autovacuumOff(ctx context.Context, pool *pgxpool.Pool) error {
+	for _, n := range t.names() {
+		if _, err := pool.Exec(ctx, "ALTER TABLE "+n+" SET (autovacuum_enabled = false, toast.autovacuum_enabled = false)"); err != nil {
+			return fmt.Errorf("autovacuum off on %s: %w", n, err)
+		}
 	}
 	return nil
 }
 
 // source is the relay's source for the table.
 func (t table) source(topic string, batch, pipeline int, ordering bool) config.Source {
-	l := layout.Spec{
-		ID: "id", Payload: "payload", PayloadFormat: "json", Topic: topic, Key: "{aggregate_id}",
-		EventType: "event_type", CreatedAt: "created_at", OrderBy: "id",
-		State: layout.State{Mode: "delete"},
+	s := config.Source{Name: "bench", Table: t.name(), BatchSize: batch, Pipeline: pipeline, Ordering: &ordering}
+	if t.sh.preset == "" {
+		s.Layout = t.sh.layout
+		s.Layout.Topic = topic
+		return s
 	}
-	if t.layout == "mark" {
-		l.State = layout.State{Mode: "flag", Flag: "published", PublishedAt: []string{"published_at"}}
-	}
-	if t.layout == "queue" {
-		return config.Source{Name: "bench", Table: t.name(), Preset: config.QueuePreset, Topic: topic,
-			BatchSize: batch, Pipeline: pipeline, Ordering: &ordering}
-	}
-	return config.Source{Name: "bench", Table: t.name(), Layout: l, BatchSize: batch, Pipeline: pipeline, Ordering: &ordering}
+	s.Preset, s.Topic = t.sh.preset, topic
+	return s
 }
 
 // reset empties the table for the next measurement.
 func (t table) reset(ctx context.Context, pool *pgxpool.Pool) error {
-	q := "TRUNCATE " + t.name()
-	if t.layout == "queue" {
-		q += ", " + t.schema + ".payment_outbox_attempts"
-	}
-	_, err := pool.Exec(ctx, q)
+	_, err := pool.Exec(ctx, "TRUNCATE "+strings.Join(t.names(), ", "))
 	return err
 }
 
-// fill loads n rows with COPY: keys spread over keys aggregates, payloads of
-// about payloadBytes bytes of JSON.
-func (t table) fill(ctx context.Context, pool *pgxpool.Pool, n, keys, payloadBytes int) error {
-	if t.layout == "queue" {
-		return t.fillQueue(ctx, pool, n, keys, payloadBytes)
-	}
-	pad := strings.Repeat("x", max(payloadBytes-40, 0))
+// fill loads n rows for topic with COPY (keys spread over keys, payloads of about
+// payloadBytes bytes of JSON) and, when analyze, runs VACUUM ANALYZE.
+func (t table) fill(ctx context.Context, pool *pgxpool.Pool, topic string, n, keys, payloadBytes int, analyze bool) error {
+	g := newRowGen(n, keys, payloadBytes, topic)
 	i := 0
 	src := pgx.CopyFromFunc(func() ([]any, error) {
 		if i >= n {
 			return nil, nil
 		}
-		k := "key-" + strconv.Itoa(i%keys)
-		row := []any{k, "bench.event", `{"seq":` + strconv.Itoa(i) + `,"key":"` + k + `","pad":"` + pad + `"}`}
 		i++
-		return row, nil
+		return t.sh.row(g, i-1), nil
 	})
-	if _, err := pool.CopyFrom(ctx, pgx.Identifier{t.schema, "outbox"}, []string{"aggregate_id", "event_type", "payload"}, src); err != nil {
+	if _, err := pool.CopyFrom(ctx, pgx.Identifier{t.schema, strings.Trim(t.sh.table, `"`)}, t.sh.cols, src); err != nil {
 		return fmt.Errorf("prefill: %w", err)
 	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+t.name()); err != nil {
+	if !analyze {
+		return nil
+	}
+	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+strings.Join(t.names(), ", ")); err != nil {
 		return fmt.Errorf("vacuum: %w", err)
 	}
 	return nil
 }
 
-// fillQueue loads n payments with COPY: participants are the keys, each
-// with its sequence numbers 1, 2, ... in insert order.
-func (t table) fillQueue(ctx context.Context, pool *pgxpool.Pool, n, keys, payloadBytes int) error {
-	pad := strings.Repeat("x", max(payloadBytes-90, 0))
-	i := 0
-	src := pgx.CopyFromFunc(func() ([]any, error) {
-		if i >= n {
-			return nil, nil
-		}
-		p := "participant-" + strconv.Itoa(i%keys)
-		row := []any{"ins-" + strconv.Itoa(i), p, int64(i/keys + 1), "key-" + strconv.Itoa(i), "sepa",
-			`{"amount":` + strconv.Itoa(100+i%1000) + `,"currency":"EUR","destination":{"account":"DE89370400440532013000"},"pad":"` + pad + `"}`}
-		i++
-		return row, nil
-	})
-	cols := []string{"instruction_id", "participant_id", "sequence_id", "idempotency_key", "rail_type", "payload"}
-	if _, err := pool.CopyFrom(ctx, pgx.Identifier{t.schema, "payment_outbox_pending"}, cols, src); err != nil {
-		return fmt.Errorf("prefill: %w", err)
+// plannerRows is the table's row count as the planner sees it
+// (pg_class.reltuples; -1 when never vacuumed or analyzed).
+func (t table) plannerRows(ctx context.Context, pool *pgxpool.Pool) *int64 {
+	var n int64
+	if err := pool.QueryRow(ctx, "SELECT reltuples::bigint FROM pg_class WHERE oid = $1::regclass", t.name()).Scan(&n); err != nil {
+		return nil
 	}
-	if _, err := pool.Exec(ctx, "VACUUM ANALYZE "+t.name()+", "+t.schema+".payment_outbox_attempts"); err != nil {
-		return fmt.Errorf("vacuum: %w", err)
-	}
-	return nil
+	return &n
 }
 
 func (t table) drop(ctx context.Context, pool *pgxpool.Pool) {

@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"fmt"
 	"log/slog"
 	"os"
 	"strings"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/bench"
 	"github.com/outbox-relay/outbox-relay/internal/demo"
+	presets "github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
 func newBench(g *globals) *cobra.Command {
@@ -55,7 +57,26 @@ With --layout queue, drain runs on seed 003's payment queue (preset
 payment-queue, participants = --keys, each with its own sequence): the
 ceiling is the queue's claim (delete + DISPATCHING attempt) and outcome
 (DISPATCHED attempt) statements in a loop; the relay dispatches with per
-participant strict order, so a claim takes one payment per participant.`,
+participant strict order, so a claim takes one payment per participant.
+
+With --preset (a comma list, or all), drain measures presets' tables in
+place of --layout, each made as its team wrote it (seed 000's for
+published-flag, 001's for status, 002's Prisma model for prisma, the
+relay's own migrations for kafka-outbox and payment-queue; on MySQL the
+seeds' translations) and prefilled with --rows pending rows over --keys
+keys (the column the preset keys and orders by), 200-byte JSON payloads.
+--driver mysql has every preset but payment-queue; all means those.
+
+With --no-analyze, each drain runs twice: first on a table never
+analyzed (PostgreSQL: autovacuum_enabled = false; MySQL and MariaDB:
+STATS_PERSISTENT=1, STATS_AUTO_RECALC=0, so InnoDB keeps the empty
+table's statistics), then on a fresh table of the same shape analyzed
+after its prefill (VACUUM ANALYZE, ANALYZE TABLE), with the ceiling as
+usual. The report adds the first rate, its ratio to the second
+(not/analyzed) and the row counts the statistics held as each relay
+started. A claim whose plan depends on statistics can be very slow:
+every ceiling loop and relay drain stops after --max-time, and a drain
+cut short reports the rows drained over the time taken, marked *.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Workload = "drain"
@@ -71,6 +92,9 @@ participant strict order, so a claim takes one payment per participant.`,
 			o.Layouts = []string{layout}
 			if layout == "both" {
 				o.Layouts = []string{"delete", "mark"}
+			}
+			if len(o.Presets) > 0 && cmd.Flags().Changed("layout") {
+				return fmt.Errorf("--layout and --preset both name the tables to drain: give one")
 			}
 			switch ordering {
 			case "on":
@@ -119,6 +143,9 @@ participant strict order, so a claim takes one payment per participant.`,
 	f.IntVar(&o.Partitions, "partitions", 12, "partitions of the benchmark topic (in-process broker)")
 	f.StringSliceVar(&o.Brokers, "brokers", nil, "a real Kafka cluster (topic \"bench\" must exist)")
 	f.StringVar(&layout, "layout", "both", "delete, mark, both, or queue (seed 003's payment queue, drain only)")
+	f.StringSliceVar(&o.Presets, "preset", nil, "drain: presets' tables in place of --layout: "+strings.Join(presets.PresetNames(), ", ")+", or all")
+	f.BoolVar(&o.NoAnalyze, "no-analyze", false, "drain: each table first never analyzed (autovacuum off), then a fresh one analyzed; report both and their ratio")
+	f.DurationVar(&o.MaxTime, "max-time", bench.DefaultMaxTime, "drain: cut each ceiling loop and relay drain short after this long, reporting the rate of what was drained")
 	f.StringVar(&ordering, "ordering", "both", "on, off or both")
 	f.IntVar(&o.Repeat, "repeat", 1, "drain: run each measurement this many times, interleaved")
 	f.StringVar(&delivery, "delivery", "at_least_once", "drain to Kafka: at_least_once, exactly_once or both (Kafka transactions)")
