@@ -102,7 +102,7 @@ func printDrain(w io.Writer, rs []Result) {
 		fmt.Fprintln(w, "* cut short at the time limit (--max-time): the rate of the rows drained by then (rows drained / elapsed)")
 	}
 	if noAnalyze {
-		fmt.Fprintln(w, "not analyzed: the relay on a backlog whose table was never analyzed (autovacuum off); relay ev/s: a fresh table of the same shape analyzed after its prefill; planner rows: the table's row count in its statistics as the relay started")
+		fmt.Fprintln(w, "not analyzed: the relay on a backlog in a table never analyzed, its statistics left alone (PostgreSQL: autovacuum off); relay ev/s: a fresh table of the same shape analyzed after its prefill; planner rows: the table's row count in its statistics as the relay started")
 		if my {
 			fmt.Fprintln(w, "MariaDB/MySQL: STATS_PERSISTENT=1, STATS_AUTO_RECALC=0 keep InnoDB's statistics at the empty table's until ANALYZE TABLE; the optimizer still estimates a range's rows by diving into the index (records_in_range), so its plans lean less on them than PostgreSQL's")
 		}
