@@ -24,6 +24,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/breaker"
@@ -41,10 +42,12 @@ type App struct {
 	metrics *metrics.Metrics
 	owner   string
 	pools   map[string]*pgxpool.Pool // PostgreSQL databases
-	// mysqlDBs are the MySQL and MariaDB databases, myLeases their lease
-	// tables.
+	// mysqlDBs are the MySQL and MariaDB databases.
 	mysqlDBs map[string]*sql.DB
-	myLeases map[string]*mysql.Leases
+	// leases are each database's lease table for this process;
+	// closeLeases give up what they hold (MySQL's liveness locks).
+	leases      map[string]*lease.Leases
+	closeLeases []func() error
 
 	kgoOpts       []kgo.Opt
 	tracer        pgx.QueryTracer
@@ -100,7 +103,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 		cfg: cfg, log: log, reg: reg, metrics: metrics.New(reg),
 		owner: fmt.Sprintf("%s/%d/%04x", host, os.Getpid(), rand.N(1<<16)),
 		pools: map[string]*pgxpool.Pool{}, sinks: map[string]sink.Publisher{}, running: map[string]*runningSource{},
-		mysqlDBs: map[string]*sql.DB{}, myLeases: map[string]*mysql.Leases{},
+		mysqlDBs: map[string]*sql.DB{}, leases: map[string]*lease.Leases{},
 	}
 	for _, o := range opts {
 		o(a)
@@ -115,6 +118,10 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 				return nil, err
 			}
 			a.mysqlDBs[name] = pool
+			// One per database and owner, shared by its sources: each
+			// holds a connection for its liveness lock.
+			l := mysql.NewLeases(pool, cfg.RelaySchema, a.owner)
+			a.leases[name], a.closeLeases = l.Leases, append(a.closeLeases, l.Close)
 			continue
 		default:
 			a.Close()
@@ -151,6 +158,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 			return nil, fmt.Errorf("databases.%s: connect: %w", name, err)
 		}
 		a.pools[name] = pool
+		a.leases[name] = postgres.NewLeases(pool, cfg.RelaySchema, a.owner)
 	}
 	return a, nil
 }
@@ -343,8 +351,8 @@ func (a *App) Close() {
 	for _, p := range a.pools {
 		p.Close()
 	}
-	for _, l := range a.myLeases {
-		_ = l.Close()
+	for _, closeLeases := range a.closeLeases {
+		_ = closeLeases()
 	}
 	for _, db := range a.mysqlDBs {
 		_ = db.Close()

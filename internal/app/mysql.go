@@ -73,16 +73,3 @@ func (a *App) resolveMySQLTable(ctx context.Context, i int, cs config.Source, na
 		Store: st, MySQL: &MySQLSource{DB: db, Table: t, Store: st}, OrderGap: orderGap(cs, l, cols, false),
 	}, nil
 }
-
-// mysqlLeases returns the lease table of a MySQL database, one per database
-// (each holds a connection for its liveness lock).
-func (a *App) mysqlLeases(database string) *mysql.Leases {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if l, ok := a.myLeases[database]; ok {
-		return l
-	}
-	l := mysql.NewLeases(a.mysqlDBs[database], a.cfg.RelaySchema, a.owner)
-	a.myLeases[database] = l
-	return l
-}

@@ -270,3 +270,12 @@ func (ls *listeners) get(db, channel string) *postgres.Listener {
 	ls.wg.Go(func() { _ = l.Run(ls.ctx) })
 	return l
 }
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -2,71 +2,24 @@ package source
 
 import (
 	"errors"
-	"slices"
-	"strings"
-	"sync/atomic"
+
+	"github.com/outbox-relay/outbox-relay/internal/lease"
 )
 
-// Lease is a shard (a source) held by one relay process: the term grows
-// with every change of owner, so a previous owner can be told apart (and
-// fenced) after a hand-over.
-type Lease struct {
-	Shard         string
-	Owner         string
-	Term          int64
-	PreviousOwner string // who held it before, when it changed hands
-	// Unended are the owners whose claims may still be open: the previous
-	// one and any earlier one that a previous owner did not end before it
-	// lost the lease in turn. The new owner ends them all, then calls the
-	// store's Ended.
-	Unended []string
-}
-
-// maxUnended bounds the owners a lease remembers as not ended.
-const maxUnended = 16
-
-// NextUnended is the list a lease taken over from prev, whose list was
-// unended, passes to its new owner: prev and every owner of unended, but not
-// owner itself (its own claims of an earlier term ended with its worker),
-// each once, the most recent last, at most maxUnended.
-func NextUnended(unended []string, prev, owner string) []string {
-	var out []string
-	for _, o := range append(append([]string(nil), unended...), prev) {
-		if o == "" || o == owner || slices.Contains(out, o) {
-			continue
-		}
-		out = append(out, o)
-	}
-	return out[max(0, len(out)-maxUnended):]
-}
-
-// JoinOwners and SplitOwners store an owner list in one column (owners
-// never contain a space).
-func JoinOwners(owners []string) string { return strings.Join(owners, " ") }
-
-// SplitOwners reads what JoinOwners wrote.
-func SplitOwners(s string) []string { return strings.Fields(s) }
+// Lease, Fence and ErrLeaseLost are the lease package's, named here because
+// the Store seam uses them: a store binds its claims to a Lease through its
+// Fence, and Batch.Complete fails with ErrLeaseLost when that lease is no
+// longer held with the same term (see internal/lease).
+type (
+	Lease = lease.Lease
+	Fence = lease.Fence
+)
 
 // ErrLeaseLost is returned by Batch.Complete when the lease under which the
 // batch was claimed is no longer held by its owner with the same term:
 // another replica took the source over. Nothing of the batch was recorded.
-var ErrLeaseLost = errors.New("lease lost: another replica holds the source")
+var ErrLeaseLost = lease.ErrLeaseLost
 
 // ErrNoTable is returned when a source's table does not exist (or the role
 // cannot see it).
 var ErrNoTable = errors.New("table not found")
-
-// Fence holds the lease a store's batches are claimed under. Every batch
-// remembers the lease of its claim, and its completing transaction checks,
-// with a shared lock on the lease row, that the lease is still held with
-// that term: a deposed holder can complete nothing. A store without a lease
-// (nil) completes unchecked.
-type Fence struct {
-	p atomic.Pointer[Lease]
-}
-
-// Set binds the store's next claims to l (nil: none).
-func (f *Fence) Set(l *Lease) { f.p.Store(l) }
-
-// Get returns the lease claims are bound to now, or nil.
-func (f *Fence) Get() *Lease { return f.p.Load() }

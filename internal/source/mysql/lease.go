@@ -10,6 +10,7 @@ import (
 
 	gomysql "github.com/go-sql-driver/mysql"
 
+	"github.com/outbox-relay/outbox-relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
@@ -17,8 +18,7 @@ import (
 type Lease = source.Lease
 
 // Leases grants shards to one owner at a time through the relay database's
-// leases table. Acquire takes a free or expired shard (or renews one this
-// owner holds); Renew extends it; Release gives it up at once.
+// leases table (see lease.Leases).
 //
 // While a Leases is in use its process holds a named lock (GET_LOCK) on a
 // connection of its own: that is how other replicas see that the owner is
@@ -32,6 +32,29 @@ type Lease = source.Lease
 // Leases of the same owner on the same server holds no connection (the lock
 // is already held) but opens one on each Acquire and Renew to find that out.
 type Leases struct {
+	*lease.Leases
+	store *LeaseStore
+}
+
+// NewLeases returns the lease table of relayDB for owner.
+func NewLeases(db *sql.DB, relayDB, owner string) *Leases {
+	st := NewLeaseStore(db, relayDB, owner)
+	return &Leases{Leases: lease.New(st, owner), store: st}
+}
+
+// Close gives up the liveness lock: to other replicas, this owner is gone.
+func (l *Leases) Close() error { return l.store.Close() }
+
+// WaitForOwner waits until no connection of owner has a transaction open
+// (see LeaseStore.WaitForOwner).
+func (l *Leases) WaitForOwner(ctx context.Context, owner string) error {
+	return l.store.WaitForOwner(ctx, owner)
+}
+
+// LeaseStore is the lease table of a relay database: lease.Store in
+// MySQL's SQL. Its Get and Renew keep owner's liveness lock (every
+// acquisition begins with a Get, every renewal is a Renew).
+type LeaseStore struct {
 	db    *sql.DB
 	rdb   string
 	owner string
@@ -40,16 +63,21 @@ type Leases struct {
 	live *sql.Conn // holds ownerLiveLock(owner)
 }
 
-// NewLeases returns the lease table of relayDB for owner.
-func NewLeases(db *sql.DB, relayDB, owner string) *Leases {
+var _ lease.Store = (*LeaseStore)(nil)
+
+// NewLeaseStore returns the lease table of relayDB, kept alive for owner.
+func NewLeaseStore(db *sql.DB, relayDB, owner string) *LeaseStore {
 	if relayDB == "" {
 		relayDB = DefaultRelayDatabase
 	}
-	return &Leases{db: db, rdb: QuoteIdent(relayDB), owner: owner}
+	return &LeaseStore{db: db, rdb: QuoteIdent(relayDB), owner: owner}
 }
 
+// LeaseFence implements lease.Fenced.
+func (s *Store) LeaseFence() *lease.Fence { return &s.Fence }
+
 // Close gives up the liveness lock: to other replicas, this owner is gone.
-func (l *Leases) Close() error {
+func (l *LeaseStore) Close() error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.live == nil {
@@ -64,7 +92,7 @@ func (l *Leases) Close() error {
 // stayAlive makes sure this owner's liveness lock is held, taking it again
 // on a new connection if the old one was lost. Each call also keeps that
 // connection from idling into the server's wait_timeout.
-func (l *Leases) stayAlive(ctx context.Context) error {
+func (l *LeaseStore) stayAlive(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	name := ownerLiveLock(l.owner)
@@ -95,92 +123,39 @@ func (l *Leases) stayAlive(ctx context.Context) error {
 	return nil
 }
 
-// ownerAlive says whether some connection holds owner's liveness lock.
-func (l *Leases) ownerAlive(ctx context.Context, owner string) (bool, error) {
+// Alive implements lease.Store: an owner is alive while some connection
+// holds its liveness lock.
+func (l *LeaseStore) Alive(ctx context.Context, p *lease.AliveParams) (bool, error) {
 	var alive bool
-	err := l.db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) IS NOT NULL", ownerLiveLock(owner)).Scan(&alive)
+	err := l.db.QueryRowContext(ctx, "SELECT IS_USED_LOCK(?) IS NOT NULL", ownerLiveLock(p.Owner)).Scan(&alive)
 	return alive, err
 }
 
-// Acquire takes shard for ttl. It returns nil (and no error) while another
-// owner holds an unexpired lease on it and is alive. An owner whose
-// liveness lock is free (its process died) is not waited for: its lease is
-// expired at once, so a restarted relay resumes right away.
-func (l *Leases) Acquire(ctx context.Context, shard string, ttl time.Duration) (*Lease, error) {
+// Get implements lease.Store (and keeps this owner alive).
+func (l *LeaseStore) Get(ctx context.Context, p *lease.GetParams) (*lease.Row, error) {
 	if err := l.stayAlive(ctx); err != nil {
-		return nil, fmt.Errorf("acquire lease on %s: %w", shard, err)
+		return nil, err
 	}
-	ls, err := l.acquire(ctx, shard, ttl)
-	if ls != nil || err != nil {
-		return ls, err
-	}
-	var (
-		holder string
-		term   int64
-	)
-	err = l.db.QueryRowContext(ctx, "SELECT owner, term FROM "+l.rdb+".leases WHERE shard = ?", shard).Scan(&holder, &term)
+	var r lease.Row
+	err := l.db.QueryRowContext(ctx, "SELECT owner, term, expires_at < "+now+", unended FROM "+l.rdb+".leases WHERE shard = ?",
+		p.Shard).Scan(&r.Owner, &r.Term, &r.Expired, &r.Unended)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
-	var alive bool
-	if err == nil {
-		alive, err = l.ownerAlive(ctx, holder)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("look up lease holder of %s: %w", shard, err)
+		return nil, err
 	}
-	if alive {
-		return nil, nil
-	}
-	if _, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET expires_at = "+now+" - INTERVAL 1 MICROSECOND"+
-		" WHERE shard = ? AND owner = ? AND term = ?", shard, holder, term); err != nil {
-		return nil, fmt.Errorf("expire the lease of a gone owner on %s: %w", shard, err)
-	}
-	return l.acquire(ctx, shard, ttl)
+	return &r, nil
 }
 
-func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration) (*Lease, error) {
-	tx, err := l.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, fmt.Errorf("acquire lease on %s: %w", shard, err)
+// Insert implements lease.Store.
+func (l *LeaseStore) Insert(ctx context.Context, p *lease.InsertParams) (bool, error) {
+	_, err := l.db.ExecContext(ctx, "INSERT INTO "+l.rdb+".leases (shard, owner, term, acquired_at, expires_at) VALUES (?, ?, 1, "+
+		now+", "+now+" + INTERVAL ? MICROSECOND)", p.Shard, p.Owner, p.TTL.Microseconds())
+	if isDuplicate(err) {
+		return false, nil // another replica inserted it first
 	}
-	defer func() { _ = tx.Rollback() }()
-	var (
-		holder, unended string
-		term            int64
-		expired         bool
-	)
-	expires := now + " + INTERVAL ? MICROSECOND"
-	err = tx.QueryRowContext(ctx, "SELECT owner, term, expires_at < "+now+", unended FROM "+l.rdb+".leases WHERE shard = ? FOR UPDATE", shard).
-		Scan(&holder, &term, &expired, &unended)
-	ls := &Lease{Shard: shard, Owner: l.owner}
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		_, err = tx.ExecContext(ctx, "INSERT INTO "+l.rdb+".leases (shard, owner, term, acquired_at, expires_at) VALUES (?, ?, 1, "+
-			now+", "+expires+")", shard, l.owner, ttl.Microseconds())
-		if isDuplicate(err) {
-			return nil, nil // another replica inserted it first
-		}
-		ls.Term = 1
-	case err != nil:
-	case holder == l.owner:
-		_, err = tx.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET expires_at = "+expires+" WHERE shard = ?", ttl.Microseconds(), shard)
-		ls.Term, ls.Unended = term, source.SplitOwners(unended)
-	case expired:
-		ls.Term, ls.PreviousOwner = term+1, holder
-		ls.Unended = source.NextUnended(source.SplitOwners(unended), holder, l.owner)
-		_, err = tx.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET owner = ?, term = term + 1, acquired_at = "+now+
-			", expires_at = "+expires+", unended = ? WHERE shard = ?", l.owner, ttl.Microseconds(), source.JoinOwners(ls.Unended), shard)
-	default:
-		return nil, nil
-	}
-	if err == nil {
-		err = tx.Commit()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("acquire lease on %s: %w", shard, err)
-	}
-	return ls, nil
+	return err == nil, err
 }
 
 func isDuplicate(err error) bool {
@@ -188,48 +163,49 @@ func isDuplicate(err error) bool {
 	return errors.As(err, &me) && me.Number == 1062
 }
 
-// Renew extends a lease this owner still holds with the same term; false
-// means it was lost.
-func (l *Leases) Renew(ctx context.Context, ls *Lease, ttl time.Duration) (bool, error) {
+// Take implements lease.Store.
+func (l *LeaseStore) Take(ctx context.Context, p *lease.TakeParams) (bool, error) {
+	return l.update(ctx, "owner = ?, term = term + 1, acquired_at = "+now+", expires_at = "+now+" + INTERVAL ? MICROSECOND, unended = ?",
+		" AND expires_at < "+now, []any{p.Owner, p.TTL.Microseconds(), p.Unended}, p.Shard, p.Holder, p.Term)
+}
+
+// Renew implements lease.Store (and keeps this owner alive).
+func (l *LeaseStore) Renew(ctx context.Context, p *lease.RenewParams) (bool, error) {
 	if err := l.stayAlive(ctx); err != nil {
-		return false, fmt.Errorf("renew lease on %s: %w", ls.Shard, err)
+		return false, err
 	}
-	res, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET expires_at = "+now+" + INTERVAL ? MICROSECOND"+
-		" WHERE shard = ? AND owner = ? AND term = ? AND expires_at >= "+now, ttl.Microseconds(), ls.Shard, ls.Owner, ls.Term)
+	cond := " AND expires_at >= " + now
+	if p.Expired {
+		cond = ""
+	}
+	return l.update(ctx, "expires_at = "+now+" + INTERVAL ? MICROSECOND", cond, []any{p.TTL.Microseconds()}, p.Shard, p.Owner, p.Term)
+}
+
+// Expire implements lease.Store.
+func (l *LeaseStore) Expire(ctx context.Context, p *lease.ExpireParams) error {
+	_, err := l.update(ctx, "expires_at = "+now+" - INTERVAL 1 MICROSECOND", "", nil, p.Shard, p.Owner, p.Term)
+	return err
+}
+
+// Ended implements lease.Store.
+func (l *LeaseStore) Ended(ctx context.Context, p *lease.EndedParams) error {
+	_, err := l.update(ctx, "unended = ''", "", nil, p.Shard, p.Owner, p.Term)
+	return err
+}
+
+// update sets set (with args) on the lease of shard held by owner with
+// term, where cond also holds; true when it changed the row.
+func (l *LeaseStore) update(ctx context.Context, set, cond string, args []any, shard, owner string, term int64) (bool, error) {
+	res, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET "+set+" WHERE shard = ? AND owner = ? AND term = ?"+cond,
+		append(args, shard, owner, term)...)
 	if err != nil {
-		return false, fmt.Errorf("renew lease on %s: %w", ls.Shard, err)
+		return false, err
 	}
 	n, err := res.RowsAffected()
-	if err != nil {
-		return false, fmt.Errorf("renew lease on %s: %w", ls.Shard, err)
-	}
-	return n == 1, nil
+	return n == 1, err
 }
 
-// Ended says the owner of ls has ended the claims of every owner in
-// ls.Unended: the next owner need not.
-func (l *Leases) Ended(ctx context.Context, ls *Lease) error {
-	_, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET unended = '' WHERE shard = ? AND owner = ? AND term = ?",
-		ls.Shard, ls.Owner, ls.Term)
-	if err != nil {
-		return fmt.Errorf("record the previous owners' claims ended on %s: %w", ls.Shard, err)
-	}
-	return nil
-}
-
-// Release ends a lease now so that another replica can take the shard
-// without waiting for it to expire.
-func (l *Leases) Release(ctx context.Context, ls *Lease) error {
-	_, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET expires_at = "+now+" - INTERVAL 1 MICROSECOND"+
-		" WHERE shard = ? AND owner = ? AND term = ?", ls.Shard, ls.Owner, ls.Term)
-	if err != nil {
-		return fmt.Errorf("release lease on %s: %w", ls.Shard, err)
-	}
-	return nil
-}
-
-// EndOwner ends the previous owner's claims after a hand-over and returns
-// once none is left: it kills every transaction of owner's connections (see
+// EndOwner implements lease.Store: it kills every transaction of owner's connections (see
 // WaitForOwner) that began before the call (a user may kill its own
 // connections), until two readings find none. Transactions the owner begins
 // later fail their lease check and are left alone, so the owner's other
@@ -237,7 +213,8 @@ func (l *Leases) Release(ctx context.Context, ls *Lease) error {
 // attributed to tables. A connection it may not kill is waited for instead,
 // and said so in the error passed to warn. Without the PROCESS privilege it
 // waits, as WaitForOwner does.
-func (l *Leases) EndOwner(ctx context.Context, owner string, _ string, warn func(error)) error {
+func (l *LeaseStore) EndOwner(ctx context.Context, p *lease.EndOwnerParams) error {
+	owner, warn := p.Owner, p.Warn
 	prefix := ownerConnPrefix(owner)
 	var since string // the server's clock, as INNODB_TRX reads it
 	if err := l.db.QueryRowContext(ctx, "SELECT CAST(NOW() AS CHAR)").Scan(&since); err != nil {
@@ -278,7 +255,7 @@ func (l *Leases) EndOwner(ctx context.Context, owner string, _ string, warn func
 
 // ownerTransactions lists the connections of the owner named by prefix with
 // a transaction open since before since (INNODB_TRX counts whole seconds).
-func (l *Leases) ownerTransactions(ctx context.Context, prefix, since string) ([]int64, error) {
+func (l *LeaseStore) ownerTransactions(ctx context.Context, prefix, since string) ([]int64, error) {
 	rows, err := l.db.QueryContext(ctx, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
 WHERE t.trx_mysql_thread_id <> CONNECTION_ID() AND t.trx_started <= ?
   AND IS_USED_LOCK(CONCAT(?, t.trx_mysql_thread_id)) = t.trx_mysql_thread_id`, since, prefix)
@@ -306,7 +283,7 @@ WHERE t.trx_mysql_thread_id <> CONNECTION_ID() AND t.trx_started <= ?
 // (ConnOptions.Owner); their transactions are found in INNODB_TRX, which
 // needs the PROCESS privilege. Without it, the wait lasts while the owner
 // is alive at all (the caller bounds it).
-func (l *Leases) WaitForOwner(ctx context.Context, owner string) error {
+func (l *LeaseStore) WaitForOwner(ctx context.Context, owner string) error {
 	prefix := ownerConnPrefix(owner)
 	quiet := false
 	for {
@@ -319,7 +296,7 @@ WHERE t.trx_mysql_thread_id <> CONNECTION_ID()
 			if !errors.As(err, &me) || (me.Number != 1227 && me.Number != 1142) {
 				return fmt.Errorf("look for the previous owner's transactions: %w", err)
 			}
-			alive, aerr := l.ownerAlive(ctx, owner)
+			alive, aerr := l.Alive(ctx, &lease.AliveParams{Owner: owner})
 			if aerr != nil {
 				return fmt.Errorf("look for the previous owner: %w", aerr)
 			}

@@ -9,131 +9,99 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 // Lease is a shard held by this process.
 type Lease = source.Lease
 
-// Leases grants shards to one owner at a time through the relay schema's
-// leases table. Acquire takes a free or expired shard (or renews one this
-// owner holds); Renew extends it; Release gives it up at once.
-type Leases struct {
+// NewLeases returns the leases of owner in relaySchema's lease table (see
+// lease.Leases). An owner is alive while a session carries its
+// ApplicationName.
+func NewLeases(pool *pgxpool.Pool, relaySchema, owner string) *lease.Leases {
+	return lease.New(NewLeaseStore(pool, relaySchema), owner)
+}
+
+// LeaseStore is the lease table of a relay schema: lease.Store in
+// PostgreSQL's SQL.
+type LeaseStore struct {
 	pool   *pgxpool.Pool
 	schema string
-	owner  string
 }
 
-// NewLeases returns the lease table of relaySchema for owner.
-func NewLeases(pool *pgxpool.Pool, relaySchema, owner string) *Leases {
-	return &Leases{pool: pool, schema: QuoteIdent(relaySchema), owner: owner}
+var _ lease.Store = (*LeaseStore)(nil)
+
+// NewLeaseStore returns the lease table of relaySchema.
+func NewLeaseStore(pool *pgxpool.Pool, relaySchema string) *LeaseStore {
+	return &LeaseStore{pool: pool, schema: QuoteIdent(relaySchema)}
 }
 
-// Acquire takes shard for ttl. It returns nil (and no error) while another
-// owner holds an unexpired lease on it and is alive. An owner with no
-// connection left to the database (its process died) is not waited for:
-// its lease is expired at once, so a restarted relay resumes right away.
-func (l *Leases) Acquire(ctx context.Context, shard string, ttl time.Duration) (*Lease, error) {
-	ls, err := l.acquire(ctx, shard, ttl)
-	if ls != nil || err != nil {
-		return ls, err
-	}
-	var (
-		holder string
-		term   int64
-		alive  bool
-	)
-	err = l.pool.QueryRow(ctx, `SELECT owner, term FROM `+l.schema+`.leases WHERE shard = $1`, shard).Scan(&holder, &term)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, nil
-	}
-	if err == nil {
-		err = l.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)",
-			ApplicationName(holder)).Scan(&alive)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("look up lease holder of %s: %w", shard, err)
-	}
-	if alive {
-		return nil, nil
-	}
-	if _, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET expires_at = now() - interval '1 millisecond'
-WHERE shard = $1 AND owner = $2 AND term = $3`, shard, holder, term); err != nil {
-		return nil, fmt.Errorf("expire the lease of a gone owner on %s: %w", shard, err)
-	}
-	return l.acquire(ctx, shard, ttl)
-}
+// LeaseFence implements lease.Fenced.
+func (s *Store) LeaseFence() *lease.Fence { return &s.Fence }
 
-func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration) (*Lease, error) {
-	var (
-		term    int64
-		prev    *string
-		unended string
-	)
-	// A change of owner adds the previous one to the owners whose claims
-	// may still be open (normalised below).
-	err := l.pool.QueryRow(ctx, `WITH prev AS (SELECT owner FROM `+l.schema+`.leases WHERE shard = $1)
-INSERT INTO `+l.schema+`.leases AS t (shard, owner, term, expires_at)
-VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond')
-ON CONFLICT (shard) DO UPDATE SET
-  owner = excluded.owner,
-  term = t.term + CASE WHEN t.owner = excluded.owner THEN 0 ELSE 1 END,
-  acquired_at = CASE WHEN t.owner = excluded.owner THEN t.acquired_at ELSE now() END,
-  expires_at = excluded.expires_at,
-  unended = CASE WHEN t.owner = excluded.owner THEN t.unended ELSE t.unended || ' ' || t.owner END
-WHERE t.owner = excluded.owner OR t.expires_at < now()
-RETURNING term, (SELECT owner FROM prev), unended`, shard, l.owner, ttl.Milliseconds()).Scan(&term, &prev, &unended)
+// Get implements lease.Store.
+func (l *LeaseStore) Get(ctx context.Context, p *lease.GetParams) (*lease.Row, error) {
+	var r lease.Row
+	err := l.pool.QueryRow(ctx, `SELECT owner, term, expires_at < now(), unended FROM `+l.schema+`.leases WHERE shard = $1`,
+		p.Shard).Scan(&r.Owner, &r.Term, &r.Expired, &r.Unended)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("acquire lease on %s: %w", shard, err)
+		return nil, err
 	}
-	ls := &Lease{Shard: shard, Owner: l.owner, Term: term}
-	if prev != nil && *prev != l.owner {
-		ls.PreviousOwner = *prev
-	}
-	ls.Unended = source.NextUnended(source.SplitOwners(unended), "", l.owner)
-	if norm := source.JoinOwners(ls.Unended); norm != unended {
-		if _, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET unended = $4 WHERE shard = $1 AND owner = $2 AND term = $3`,
-			shard, l.owner, term, norm); err != nil {
-			return nil, fmt.Errorf("acquire lease on %s: %w", shard, err)
-		}
-	}
-	return ls, nil
+	return &r, nil
 }
 
-// Ended says the owner of ls has ended the claims of every owner in
-// ls.Unended: the next owner need not.
-func (l *Leases) Ended(ctx context.Context, ls *Lease) error {
-	_, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET unended = '' WHERE shard = $1 AND owner = $2 AND term = $3`,
-		ls.Shard, ls.Owner, ls.Term)
-	if err != nil {
-		return fmt.Errorf("record the previous owners' claims ended on %s: %w", ls.Shard, err)
-	}
-	return nil
+// Insert implements lease.Store.
+func (l *LeaseStore) Insert(ctx context.Context, p *lease.InsertParams) (bool, error) {
+	tag, err := l.pool.Exec(ctx, `INSERT INTO `+l.schema+`.leases (shard, owner, term, expires_at)
+VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond') ON CONFLICT (shard) DO NOTHING`, p.Shard, p.Owner, p.TTL.Milliseconds())
+	return err == nil && tag.RowsAffected() == 1, err
 }
 
-// Renew extends a lease this owner still holds with the same term; false
-// means it was lost.
-func (l *Leases) Renew(ctx context.Context, ls *Lease, ttl time.Duration) (bool, error) {
-	tag, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET expires_at = now() + $4 * interval '1 millisecond'
-WHERE shard = $1 AND owner = $2 AND term = $3 AND expires_at >= now()`, ls.Shard, ls.Owner, ls.Term, ttl.Milliseconds())
-	if err != nil {
-		return false, fmt.Errorf("renew lease on %s: %w", ls.Shard, err)
-	}
-	return tag.RowsAffected() == 1, nil
+// Take implements lease.Store.
+func (l *LeaseStore) Take(ctx context.Context, p *lease.TakeParams) (bool, error) {
+	tag, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET owner = $4, term = term + 1, acquired_at = now(),
+  expires_at = now() + $5 * interval '1 millisecond', unended = $6
+WHERE shard = $1 AND owner = $2 AND term = $3 AND expires_at < now()`,
+		p.Shard, p.Holder, p.Term, p.Owner, p.TTL.Milliseconds(), p.Unended)
+	return err == nil && tag.RowsAffected() == 1, err
 }
 
-// Release ends a lease now so that another replica can take the shard
-// without waiting for it to expire.
-func (l *Leases) Release(ctx context.Context, ls *Lease) error {
+// Renew implements lease.Store.
+func (l *LeaseStore) Renew(ctx context.Context, p *lease.RenewParams) (bool, error) {
+	q := `UPDATE ` + l.schema + `.leases SET expires_at = now() + $4 * interval '1 millisecond'
+WHERE shard = $1 AND owner = $2 AND term = $3`
+	if !p.Expired {
+		q += ` AND expires_at >= now()`
+	}
+	tag, err := l.pool.Exec(ctx, q, p.Shard, p.Owner, p.Term, p.TTL.Milliseconds())
+	return err == nil && tag.RowsAffected() == 1, err
+}
+
+// Expire implements lease.Store.
+func (l *LeaseStore) Expire(ctx context.Context, p *lease.ExpireParams) error {
 	_, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET expires_at = now() - interval '1 millisecond'
-WHERE shard = $1 AND owner = $2 AND term = $3`, ls.Shard, ls.Owner, ls.Term)
-	if err != nil {
-		return fmt.Errorf("release lease on %s: %w", ls.Shard, err)
-	}
-	return nil
+WHERE shard = $1 AND owner = $2 AND term = $3`, p.Shard, p.Owner, p.Term)
+	return err
+}
+
+// Ended implements lease.Store.
+func (l *LeaseStore) Ended(ctx context.Context, p *lease.EndedParams) error {
+	_, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET unended = '' WHERE shard = $1 AND owner = $2 AND term = $3`,
+		p.Shard, p.Owner, p.Term)
+	return err
+}
+
+// Alive implements lease.Store: an owner is alive while a session carries
+// its ApplicationName.
+func (l *LeaseStore) Alive(ctx context.Context, p *lease.AliveParams) (bool, error) {
+	var alive bool
+	err := l.pool.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = $1)",
+		ApplicationName(p.Owner)).Scan(&alive)
+	return alive, err
 }
 
 // ApplicationName is the application_name a relay process's connections
@@ -147,19 +115,18 @@ func ApplicationName(owner string) string {
 	return n
 }
 
-// EndOwner ends the previous owner's claims on table after a hand-over and
-// returns once none is left: it terminates every session of owner that has
-// a transaction open holding a lock on table (a role may end its own role's
-// sessions), then waits until they are gone. A session it may not end (run
-// by another role) is waited for instead, and said so in the error passed
-// to warn. It returns only when no such session is left, or when ctx ends:
-// the new owner claims nothing before.
-func (l *Leases) EndOwner(ctx context.Context, owner string, table string, warn func(error)) error {
+// EndOwner implements lease.Store: it terminates every session of the
+// owner that has a transaction open holding a lock on the table (a role may
+// end its own role's sessions), then waits until they are gone. A session it
+// may not end (run by another role) is waited for instead, and said so in
+// the error passed to p.Warn. It returns only when no such session is left,
+// or when ctx ends: the new owner claims nothing before.
+func (l *LeaseStore) EndOwner(ctx context.Context, p *lease.EndOwnerParams) error {
 	for {
 		rows, err := l.pool.Query(ctx, `SELECT a.pid FROM pg_stat_activity a
 WHERE a.application_name = $1 AND a.pid <> pg_backend_pid()
   AND (a.xact_start IS NOT NULL OR a.state IS NULL)
-  AND EXISTS (SELECT 1 FROM pg_locks k WHERE k.pid = a.pid AND k.relation = to_regclass($2))`, ApplicationName(owner), table)
+  AND EXISTS (SELECT 1 FROM pg_locks k WHERE k.pid = a.pid AND k.relation = to_regclass($2))`, ApplicationName(p.Owner), p.Table)
 		if err != nil {
 			return fmt.Errorf("look for the previous owner's claims: %w", err)
 		}
@@ -171,8 +138,8 @@ WHERE a.application_name = $1 AND a.pid <> pg_backend_pid()
 			return nil
 		}
 		for _, pid := range pids {
-			if _, err := l.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil && warn != nil && ctx.Err() == nil {
-				warn(fmt.Errorf("end the previous owner's session %d: %w; waiting for it instead", pid, err))
+			if _, err := l.pool.Exec(ctx, "SELECT pg_terminate_backend($1)", pid); err != nil && p.Warn != nil && ctx.Err() == nil {
+				p.Warn(fmt.Errorf("end the previous owner's session %d: %w; waiting for it instead", pid, err))
 			}
 		}
 		select {

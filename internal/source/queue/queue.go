@@ -94,6 +94,9 @@ type Store struct {
 	Fence source.Fence
 }
 
+// LeaseFence implements lease.Fenced.
+func (s *Store) LeaseFence() *source.Fence { return &s.Fence }
+
 // ErrNoOutcomeIndex says the archive lacks the unique index that keeps an
 // attempt to one outcome.
 var ErrNoOutcomeIndex = errors.New("the archive has no unique index keeping one outcome per attempt")

@@ -1,0 +1,177 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// HoldOptions say which shard Hold keeps and how.
+type HoldOptions struct {
+	Shard string
+	// TTL is how long the lease lasts without renewal. Standby replicas
+	// retry, and the holder renews, every third of it; the holder trusts
+	// its lease for half of it without a successful renewal.
+	TTL time.Duration
+	// Table is the shard's table as the Store's EndOwner takes it: the
+	// table whose claims a hand-over ends.
+	Table string
+	// Fence, when not nil, binds the store's claims to the lease for as
+	// long as the work runs.
+	Fence *Fence
+	// Settle, when not nil, waits after a hand-over until the rows the
+	// previous owners' claims may still hold are free (see
+	// mysql.Store.Settle); an error is logged and it is called again.
+	Settle func(ctx context.Context) error
+	// Logger receives the holder's transitions (standing by, took over,
+	// lost); nil discards them.
+	Logger *slog.Logger
+}
+
+// Hold runs work while this owner holds the shard's lease, and returns once
+// ctx ends, releasing the lease so that another replica takes the shard at
+// once. A replica that cannot get the lease stands by and retries every
+// third of the TTL; the holder renews at the same pace from the moment it
+// has the lease and, when a renewal finds the lease taken or none succeeded
+// for half the TTL, cancels work's context: work must then stop claiming
+// and finish its batches, whose completions fail (every batch is bound to
+// the term it was claimed under, checked in its completing transaction).
+// After a hand-over the new holder first ends the claims of every owner
+// the lease names as not ended (handOver), and work starts only once they
+// are gone, so per-key order holds through the hand-over. When work returns
+// on its own, Hold acquires the lease again (the same term while it is
+// still this owner's).
+func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.Context)) {
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	standby, held := false, false
+	for ctx.Err() == nil {
+		ls, err := l.Acquire(ctx, o.Shard, o.TTL)
+		if err != nil || ls == nil {
+			switch {
+			case err != nil:
+				log.Warn("acquire lease", "err", err)
+			case held:
+				// The work stopped on its own (a fenced producer, a
+				// failed completion) and the lease is gone meanwhile.
+				log.Warn("lease lost to another replica; standing by")
+			case !standby:
+				log.Info("another replica holds this source; standing by")
+			}
+			standby, held = true, false
+			sleepCtx(ctx, o.TTL/3)
+			continue
+		}
+		standby, held = false, true
+		wctx, stop := context.WithCancel(ctx)
+		renewed := make(chan struct{})
+		go func() {
+			defer close(renewed)
+			// A loss keep reports is logged there, not again above.
+			l.keep(wctx, ls, o.TTL, log, func() { held = false; stop() })
+		}()
+		if ls.PreviousOwner != "" {
+			log.Info("took over the source", "previous_owner", ls.PreviousOwner, "term", ls.Term)
+		}
+		if len(ls.Unended) > 0 {
+			l.handOver(wctx, o, ls, log)
+		}
+		if wctx.Err() == nil {
+			if o.Fence != nil {
+				o.Fence.Set(ls)
+			}
+			work(wctx)
+			if o.Fence != nil {
+				o.Fence.Set(nil)
+			}
+		}
+		stop()
+		<-renewed
+		if ctx.Err() != nil {
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := l.Release(rctx, ls); err != nil {
+				log.Warn("release lease", "err", err)
+			}
+			cancel()
+			return
+		}
+	}
+}
+
+// handOver ends the claims of every earlier holder that may still have
+// some open (the previous one, and any it had not ended itself before it
+// lost the lease) and waits, through o.Settle, until the rows they held are
+// free; then it records them ended. It returns when that is done or ctx
+// ended (the lease was lost meanwhile, or the process is stopping): the
+// next holder then ends them.
+func (l *Leases) handOver(ctx context.Context, o HoldOptions, ls *Lease, log *slog.Logger) {
+	warn := func(err error) { log.Warn("previous owner's claims", "err", err) }
+	for _, owner := range ls.Unended {
+		for {
+			err := l.EndOwner(ctx, owner, o.Table, warn)
+			if err == nil || ctx.Err() != nil {
+				break
+			}
+			warn(err)
+			sleepCtx(ctx, time.Second)
+		}
+	}
+	if o.Settle != nil {
+		for ctx.Err() == nil {
+			err := o.Settle(ctx)
+			if err == nil {
+				break
+			}
+			warn(fmt.Errorf("rows of the previous owner still locked: %w", err))
+		}
+	}
+	if ctx.Err() != nil {
+		return
+	}
+	if err := l.Ended(ctx, ls); err != nil {
+		warn(err)
+	}
+}
+
+// keep renews the lease until ctx ends; it calls lost when the lease is
+// gone or could not be renewed for half its TTL (the trust window: a holder
+// stops before its lease can have expired and been taken over).
+func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *slog.Logger, lost func()) {
+	t := time.NewTicker(ttl / 3)
+	defer t.Stop()
+	last := time.Now()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		ok, err := l.Renew(ctx, ls, ttl)
+		switch {
+		case ctx.Err() != nil:
+			return // the work stopped: Hold goes on
+		case err == nil && ok:
+			last = time.Now()
+		case err == nil:
+			log.Warn("lease lost to another replica; stopping", "term", ls.Term)
+			lost()
+			return
+		case time.Since(last) > ttl/2:
+			log.Error("lease could not be renewed; stopping", "err", err)
+			lost()
+			return
+		}
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,146 @@
+package lease
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// Leases grants shards to one owner at a time through a database's lease
+// table (a Store). Acquire takes a free or expired shard (or renews one this
+// owner holds); Renew extends it; Release gives it up at once. It is safe
+// for concurrent use as far as its Store is.
+type Leases struct {
+	store Store
+	owner string
+}
+
+// New returns the leases of owner kept in store.
+func New(store Store, owner string) *Leases {
+	return &Leases{store: store, owner: owner}
+}
+
+// Owner is the process the leases are granted to.
+func (l *Leases) Owner() string { return l.owner }
+
+// step is what an owner does about a shard's lease row.
+type step int
+
+const (
+	stepInsert step = iota // no row: create it with term 1
+	stepKeep               // the owner's own: extend it, same term
+	stepTake               // expired: take it over with the next term
+	stepWait               // another owner's, unexpired
+)
+
+// decide is the one rule of acquisition.
+func decide(row *Row, owner string) step {
+	switch {
+	case row == nil:
+		return stepInsert
+	case row.Owner == owner:
+		return stepKeep
+	case row.Expired:
+		return stepTake
+	default:
+		return stepWait
+	}
+}
+
+// Acquire takes shard for ttl. It returns nil (and no error) while another
+// owner holds an unexpired lease on it and is alive, or when another
+// replica changed the lease meanwhile. An owner whose process is gone (the
+// Store's Alive says so) is not waited for: its lease is expired at once,
+// so a restarted relay resumes right away.
+func (l *Leases) Acquire(ctx context.Context, shard string, ttl time.Duration) (*Lease, error) {
+	for gone := false; ; gone = true {
+		row, err := l.store.Get(ctx, &GetParams{Shard: shard})
+		if err != nil {
+			return nil, fmt.Errorf("acquire lease on %s: %w", shard, err)
+		}
+		if decide(row, l.owner) != stepWait {
+			return l.acquire(ctx, shard, ttl, row)
+		}
+		if gone {
+			return nil, nil // taken again since the gone owner's lease was expired
+		}
+		alive, err := l.store.Alive(ctx, &AliveParams{Owner: row.Owner})
+		if err != nil {
+			return nil, fmt.Errorf("look up lease holder of %s: %w", shard, err)
+		}
+		if alive {
+			return nil, nil
+		}
+		if err := l.store.Expire(ctx, &ExpireParams{Shard: shard, Owner: row.Owner, Term: row.Term}); err != nil {
+			return nil, fmt.Errorf("expire the lease of a gone owner on %s: %w", shard, err)
+		}
+	}
+}
+
+// acquire writes what decide chose for row; nil when the row changed
+// meanwhile.
+func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration, row *Row) (*Lease, error) {
+	ls := &Lease{Shard: shard, Owner: l.owner, Term: 1}
+	var (
+		ok  bool
+		err error
+	)
+	switch decide(row, l.owner) {
+	case stepInsert:
+		ok, err = l.store.Insert(ctx, &InsertParams{Shard: shard, Owner: l.owner, TTL: ttl})
+	case stepKeep:
+		ls.Term, ls.Unended = row.Term, NextUnended(SplitOwners(row.Unended), "", l.owner)
+		ok, err = l.store.Renew(ctx, &RenewParams{Shard: shard, Owner: l.owner, Term: row.Term, TTL: ttl, Expired: true})
+	case stepTake:
+		// A change of owner adds the previous one to the owners whose
+		// claims may still be open.
+		ls.Term, ls.PreviousOwner = row.Term+1, row.Owner
+		ls.Unended = NextUnended(SplitOwners(row.Unended), row.Owner, l.owner)
+		ok, err = l.store.Take(ctx, &TakeParams{Shard: shard, Holder: row.Owner, Term: row.Term, Owner: l.owner,
+			TTL: ttl, Unended: JoinOwners(ls.Unended)})
+	default:
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("acquire lease on %s: %w", shard, err)
+	}
+	if !ok {
+		return nil, nil // another replica changed the lease first
+	}
+	return ls, nil
+}
+
+// Renew extends a lease this owner still holds with the same term; false
+// means it was lost.
+func (l *Leases) Renew(ctx context.Context, ls *Lease, ttl time.Duration) (bool, error) {
+	ok, err := l.store.Renew(ctx, &RenewParams{Shard: ls.Shard, Owner: ls.Owner, Term: ls.Term, TTL: ttl})
+	if err != nil {
+		return false, fmt.Errorf("renew lease on %s: %w", ls.Shard, err)
+	}
+	return ok, nil
+}
+
+// Release ends a lease now so that another replica can take the shard
+// without waiting for it to expire.
+func (l *Leases) Release(ctx context.Context, ls *Lease) error {
+	if err := l.store.Expire(ctx, &ExpireParams{Shard: ls.Shard, Owner: ls.Owner, Term: ls.Term}); err != nil {
+		return fmt.Errorf("release lease on %s: %w", ls.Shard, err)
+	}
+	return nil
+}
+
+// Ended says the owner of ls has ended the claims of every owner in
+// ls.Unended: the next owner need not.
+func (l *Leases) Ended(ctx context.Context, ls *Lease) error {
+	if err := l.store.Ended(ctx, &EndedParams{Shard: ls.Shard, Owner: ls.Owner, Term: ls.Term}); err != nil {
+		return fmt.Errorf("record the previous owners' claims ended on %s: %w", ls.Shard, err)
+	}
+	return nil
+}
+
+// EndOwner ends owner's claims on table after a hand-over and returns once
+// none is left, or when ctx ends: the new owner claims nothing before. What
+// it may not end it waits for, saying so in the error passed to warn.
+func (l *Leases) EndOwner(ctx context.Context, owner, table string, warn func(error)) error {
+	return l.store.EndOwner(ctx, &EndOwnerParams{Owner: owner, Table: table, Warn: warn})
+}

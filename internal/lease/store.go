@@ -1,0 +1,107 @@
+package lease
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the lease table of one database in its dialect: each method is
+// one statement (or one driver call) and decides nothing. What to write,
+// when to take a lease over and who must be ended are decided once, by
+// Leases. Every write that changes a lease names the term it expects, so a
+// write racing another replica's changes nothing and reports false.
+//
+// Each dialect implements it (postgres.LeaseStore, mysql.LeaseStore) and
+// passes the conformance suite in leasetest.
+type Store interface {
+	// Get reads the lease row of a shard: nil (and no error) when there
+	// is none.
+	Get(ctx context.Context, p *GetParams) (*Row, error)
+	// Insert creates the shard's row with term 1 for p.Owner; false when
+	// a row exists already (another replica inserted it first).
+	Insert(ctx context.Context, p *InsertParams) (bool, error)
+	// Take gives the shard to p.Owner with term p.Term+1, acquired now,
+	// and p.Unended as the owners to end, if the row is still p.Holder's
+	// with term p.Term and expired; false otherwise.
+	Take(ctx context.Context, p *TakeParams) (bool, error)
+	// Renew extends the lease of p.Owner with term p.Term by p.TTL from
+	// now, only while unexpired unless p.Expired; false when the row is
+	// no longer so.
+	Renew(ctx context.Context, p *RenewParams) (bool, error)
+	// Expire ends the lease of p.Owner with term p.Term now.
+	Expire(ctx context.Context, p *ExpireParams) error
+	// Ended clears the owners to end of p.Owner's lease with term p.Term.
+	Ended(ctx context.Context, p *EndedParams) error
+	// Alive says whether p.Owner's process is still connected to the
+	// database.
+	Alive(ctx context.Context, p *AliveParams) (bool, error)
+	// EndOwner ends p.Owner's claims on p.Table and returns once none is
+	// left (or ctx ends). What it may not end it waits for, saying so
+	// through p.Warn.
+	EndOwner(ctx context.Context, p *EndOwnerParams) error
+}
+
+// Row is a shard's lease row as stored.
+type Row struct {
+	Owner   string
+	Term    int64
+	Expired bool   // expires_at is past, by the database's clock
+	Unended string // JoinOwners of the owners to end
+}
+
+// GetParams names the shard to read.
+type GetParams struct {
+	Shard string
+}
+
+// InsertParams create a shard's first lease.
+type InsertParams struct {
+	Shard string
+	Owner string
+	TTL   time.Duration
+}
+
+// TakeParams change a shard's holder.
+type TakeParams struct {
+	Shard   string
+	Holder  string // the holder it is taken from
+	Term    int64  // the holder's term
+	Owner   string // the new holder (its term is Term+1)
+	TTL     time.Duration
+	Unended string // JoinOwners of the owners the new holder must end
+}
+
+// RenewParams extend a lease.
+type RenewParams struct {
+	Shard   string
+	Owner   string
+	Term    int64
+	TTL     time.Duration
+	Expired bool // extend it even when it has expired (its holder acquires it again)
+}
+
+// ExpireParams end a lease now.
+type ExpireParams struct {
+	Shard string
+	Owner string
+	Term  int64
+}
+
+// EndedParams say the lease's holder ended every owner it named.
+type EndedParams struct {
+	Shard string
+	Owner string
+	Term  int64
+}
+
+// AliveParams name an owner.
+type AliveParams struct {
+	Owner string
+}
+
+// EndOwnerParams name an owner whose claims on a table are to end.
+type EndOwnerParams struct {
+	Owner string
+	Table string // as the dialect quotes it
+	Warn  func(error)
+}
