@@ -54,10 +54,9 @@ func SplitOwners(s string) []string { return strings.Fields(s) }
 var ErrLeaseLost = errors.New("lease lost: another replica holds the source")
 
 // Fence holds the lease a store's batches are claimed under. Every batch
-// remembers the lease of its claim, and its completing transaction checks,
-// with a shared lock on the lease row, that the lease is still held with
-// that term: a deposed holder can complete nothing. A store without a lease
-// (nil) completes unchecked.
+// remembers the lease of its claim, and its completing transaction checks
+// that the lease is still held with that term: a deposed holder can complete
+// nothing. A store without a lease (nil) completes unchecked.
 type Fence struct {
 	p atomic.Pointer[Lease]
 }

@@ -28,8 +28,9 @@
 //     in the application's database, with its own version table.
 //   - NewMigrator: the relay database's migrations (goose, up, down,
 //     status); the relay database defaults to DefaultRelayDatabase.
-//   - NewLeases: one owner per source across replicas; share one per
-//     server and owner (it holds a connection for the owner's liveness).
+//   - NewLeases / LeaseStore: the SQL of internal/lease (one owner per
+//     source across replicas); share one per server and owner (it holds a
+//     connection for the owner's liveness).
 //   - ListFailed and Store.Replay: the dead-letter list and its replay.
 //   - CheckPrivileges (with layout.Layout.NeededPrivileges and
 //     UpdatedColumns) and CheckRelayDatabase: what the relay's user lacks.

@@ -2,74 +2,102 @@ package mysql_test
 
 import (
 	"context"
+	"database/sql"
 	"testing"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/lease"
+	"github.com/outbox-relay/outbox-relay/internal/lease/leasetest"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
-	"github.com/outbox-relay/outbox-relay/internal/source/sourcetest"
 )
 
-func TestLeases(t *testing.T) {
+// TestLeaseConformance runs the lease conformance suite on MySQL/MariaDB.
+func TestLeaseConformance(t *testing.T) {
+	t.Parallel()
+	leasetest.Run(t, myLeases{})
+}
+
+// myLeases gives each case an application database with a kafka_outbox
+// table and a migrated relay database of its own.
+type myLeases struct{}
+
+func (myLeases) DeposedClaimFails() bool { return true }
+
+func (myLeases) NewEnv(t *testing.T, rows int) leasetest.Env {
+	t.Helper()
+	e := newEnv(t)
+	e.exec(t, kafkaOutbox)
+	for range rows {
+		e.exec(t, "INSERT INTO kafka_outbox (topic, payload_json, `key`) VALUES ('t', '{}', 'k')")
+	}
+	return &myLeaseEnv{e: e}
+}
+
+type myLeaseEnv struct{ e *env }
+
+// Owner names are server-wide (named locks): unique per test.
+func (m *myLeaseEnv) Owner(t *testing.T, name string) leasetest.Owner {
+	t.Helper()
+	name += "-" + mytest.Suffix()
+	db := m.e.open(t, mysql.ConnOptions{Owner: name})
+	l := mysql.NewLeases(db, m.e.relayDB, name)
+	t.Cleanup(func() { _ = l.Close() })
+	return &myOwner{env: m.e, name: name, db: db, leases: l}
+}
+
+func (m *myLeaseEnv) Table() string { return "kafka_outbox" }
+
+func (m *myLeaseEnv) ExpireAll(t *testing.T) {
+	m.e.exec(t, "UPDATE "+m.e.relayDB+".leases SET expires_at = UTC_TIMESTAMP(6) - INTERVAL 1 SECOND")
+}
+
+func (m *myLeaseEnv) Pending(t *testing.T) int {
+	return queryInt(t, m.e.db, "SELECT COUNT(*) FROM kafka_outbox WHERE push_completed_at IS NULL")
+}
+
+func (m *myLeaseEnv) DeadLetters(t *testing.T) int {
+	return queryInt(t, m.e.db, "SELECT COUNT(*) FROM "+m.e.relayDB+".failed_events")
+}
+
+func (m *myLeaseEnv) Free(t *testing.T) int {
+	return queryInt(t, m.e.db, "SELECT COUNT(*) FROM (SELECT id FROM kafka_outbox FOR UPDATE SKIP LOCKED) x")
+}
+
+type myOwner struct {
+	env    *env
+	name   string
+	db     *sql.DB
+	leases *mysql.Leases
+}
+
+func (o *myOwner) Name() string          { return o.name }
+func (o *myOwner) Leases() *lease.Leases { return o.leases.Leases }
+
+func (o *myOwner) Die(t *testing.T) {
+	if err := o.leases.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_ = o.db.Close()
+}
+
+func (o *myOwner) Store(t *testing.T, shard string) source.Store {
+	st, _ := o.env.store(t, o.db, shard, "kafka_outbox", "", kafkaLayout, true)
+	return st
+}
+
+// TestWaitForOwner: WaitForOwner returns once the previous owner has no
+// transaction open.
+func TestWaitForOwner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	e := newEnv(t)
-	// Owner names are server-wide (named locks): unique per test.
 	sfx := mytest.Suffix()
-	ownerA, ownerB, ownerC := "a-"+sfx, "b-"+sfx, "c-"+sfx
+	ownerA, ownerC := "a-"+sfx, "c-"+sfx
 	aDB := e.open(t, mysql.ConnOptions{Owner: ownerA})
-	a := mysql.NewLeases(aDB, e.relayDB, ownerA)
-	b := mysql.NewLeases(e.db, e.relayDB, ownerB)
 	c := mysql.NewLeases(e.db, e.relayDB, ownerC)
-	defer a.Close()
 	defer c.Close()
-
-	la, err := a.Acquire(ctx, "s", time.Minute)
-	if err != nil || la == nil || la.Term != 1 {
-		t.Fatalf("a: %+v %v", la, err)
-	}
-	if lb, err := b.Acquire(ctx, "s", time.Minute); err != nil || lb != nil {
-		t.Fatalf("b took a live owner's lease: %+v %v", lb, err)
-	}
-	if ok, err := a.Renew(ctx, la, time.Minute); !ok || err != nil {
-		t.Fatalf("renew: %v %v", ok, err)
-	}
-	if again, err := a.Acquire(ctx, "s", time.Minute); err != nil || again == nil || again.Term != 1 || again.PreviousOwner != "" {
-		t.Fatalf("a again: %+v %v", again, err)
-	}
-	// a releases: b takes over with a new term and learns who had it.
-	if err := a.Release(ctx, la); err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.Acquire(ctx, "s", time.Minute)
-	if err != nil || lb == nil || lb.Term != 2 || lb.PreviousOwner != ownerA {
-		t.Fatalf("b after release: %+v %v", lb, err)
-	}
-	if ok, _ := a.Renew(ctx, la, time.Minute); ok {
-		t.Fatal("a renewed a lease it no longer holds")
-	}
-	if lc, err := c.Acquire(ctx, "s", time.Minute); err != nil || lc != nil {
-		t.Fatalf("c took live b's lease: %+v %v", lc, err)
-	}
-	// b's process ends (its liveness lock goes): c takes over at once,
-	// without waiting for the TTL.
-	if err := b.Close(); err != nil {
-		t.Fatal(err)
-	}
-	lc, err := c.Acquire(ctx, "s", time.Minute)
-	if err != nil || lc == nil || lc.Term != 3 || lc.PreviousOwner != ownerB {
-		t.Fatalf("c over a gone owner: %+v %v", lc, err)
-	}
-	// An expired lease of a live owner is taken too.
-	if _, err := a.Acquire(ctx, "t", time.Millisecond); err != nil {
-		t.Fatal(err)
-	}
-	time.Sleep(10 * time.Millisecond)
-	if lt, err := c.Acquire(ctx, "t", time.Minute); err != nil || lt == nil || lt.PreviousOwner != ownerA {
-		t.Fatalf("c over an expired lease: %+v %v", lt, err)
-	}
-
-	// WaitForOwner returns once the previous owner has no transaction open.
 	tx, err := aDB.BeginTx(ctx, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -88,17 +116,4 @@ func TestLeases(t *testing.T) {
 	if err := c.WaitForOwner(wctx, ownerA); err != nil {
 		t.Fatal(err)
 	}
-}
-
-func TestLeaseRemembersUnendedOwners(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	sfx := mytest.Suffix()
-	owners := [3]string{"ua-" + sfx, "ub-" + sfx, "uc-" + sfx}
-	var ls [3]*mysql.Leases
-	for i, o := range owners {
-		ls[i] = mysql.NewLeases(e.open(t, mysql.ConnOptions{Owner: o}), e.relayDB, o)
-		defer ls[i].Close()
-	}
-	sourcetest.UnendedOwners(t, ls[0], ls[1], ls[2], owners)
 }

@@ -2,68 +2,102 @@ package postgres_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/lease"
+	"github.com/outbox-relay/outbox-relay/internal/lease/leasetest"
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
-	"github.com/outbox-relay/outbox-relay/internal/source/sourcetest"
 )
 
-func TestLeases(t *testing.T) {
+// TestLeaseConformance runs the lease conformance suite on PostgreSQL.
+func TestLeaseConformance(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
-	dsn, pool := migrated(t)
-	// Owner a is alive: it has a connection carrying its application_name.
-	cfg, err := pgx.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.RuntimeParams["application_name"] = postgres.ApplicationName("a")
-	aConn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	a := postgres.NewLeases(pool, relaySchema, "a")
-	b := postgres.NewLeases(pool, relaySchema, "b")
-	c := postgres.NewLeases(pool, relaySchema, "c")
-
-	la, err := a.Acquire(ctx, "s", time.Minute)
-	if err != nil || la == nil || la.Term != 1 {
-		t.Fatalf("a: %+v %v", la, err)
-	}
-	if lb, err := b.Acquire(ctx, "s", time.Minute); err != nil || lb != nil {
-		t.Fatalf("b took a live owner's lease: %+v %v", lb, err)
-	}
-	if ok, err := a.Renew(ctx, la, time.Minute); !ok || err != nil {
-		t.Fatalf("renew: %v %v", ok, err)
-	}
-	// a releases: b takes over with a new term and learns who had it.
-	if err := a.Release(ctx, la); err != nil {
-		t.Fatal(err)
-	}
-	lb, err := b.Acquire(ctx, "s", time.Minute)
-	if err != nil || lb == nil || lb.Term != 2 || lb.PreviousOwner != "a" {
-		t.Fatalf("b after release: %+v %v", lb, err)
-	}
-	if ok, _ := a.Renew(ctx, la, time.Minute); ok {
-		t.Fatal("a renewed a lease it no longer holds")
-	}
-	// b has no connection of its own: as far as the database can tell its
-	// process is gone, so c takes over without waiting for the expiry.
-	lc, err := c.Acquire(ctx, "s", time.Minute)
-	if err != nil || lc == nil || lc.Term != 3 || lc.PreviousOwner != "b" {
-		t.Fatalf("c over a gone owner: %+v %v", lc, err)
-	}
-	_ = aConn.Close(ctx)
+	leasetest.Run(t, pgLeases{})
 }
 
-func TestLeaseRemembersUnendedOwners(t *testing.T) {
-	t.Parallel()
-	_, pool := migrated(t)
-	a := postgres.NewLeases(pool, relaySchema, "ua")
-	b := postgres.NewLeases(pool, relaySchema, "ub")
-	c := postgres.NewLeases(pool, relaySchema, "uc")
-	sourcetest.UnendedOwners(t, a, b, c, [3]string{"ua", "ub", "uc"})
+// pgLeases gives each case a migrated database of its own with the seed
+// 001 outbox table.
+type pgLeases struct{}
+
+func (pgLeases) DeposedClaimFails() bool { return false }
+
+func (pgLeases) NewEnv(t *testing.T, rows int) leasetest.Env {
+	t.Helper()
+	dsn, pool := migrated(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
+	// One key, one statement per row: each row's created_at is later.
+	key := "6f2a1c3e-0000-4000-8000-" + fmt.Sprintf("%012d", rows)
+	for n := range rows {
+		pgtest.Exec(t, pool, fmt.Sprintf(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, payload)
+VALUES ('Order', '%s', 'order.placed', 'orders', jsonb_build_object('n', %d))`, key, n))
+	}
+	return &pgLeaseEnv{dsn: dsn, pool: pool, table: postgres.Table{Schema: "public", Name: "outbox"}}
+}
+
+type pgLeaseEnv struct {
+	dsn   string
+	pool  *pgxpool.Pool
+	table postgres.Table
+}
+
+// Owner names are unique on the server: sessions of every database show
+// in pg_stat_activity.
+func (e *pgLeaseEnv) Owner(t *testing.T, name string) leasetest.Owner {
+	t.Helper()
+	name += "-" + pgtest.Suffix()
+	p := ownerPool(t, e.dsn, name)
+	if err := p.Ping(context.Background()); err != nil { // alive from now on
+		t.Fatal(err)
+	}
+	return &pgOwner{env: e, name: name, pool: p, leases: postgres.NewLeases(p, relaySchema, name)}
+}
+
+func (e *pgLeaseEnv) Table() string { return e.table.String() }
+
+func (e *pgLeaseEnv) ExpireAll(t *testing.T) {
+	pgtest.Exec(t, e.pool, `UPDATE outbox_relay.leases SET expires_at = now() - interval '1 second'`)
+}
+
+func (e *pgLeaseEnv) count(t *testing.T, q string) int {
+	t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), q).Scan(&n); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return n
+}
+
+func (e *pgLeaseEnv) Pending(t *testing.T) int {
+	return e.count(t, "SELECT count(*) FROM outbox WHERE status = 'pending'")
+}
+
+func (e *pgLeaseEnv) DeadLetters(t *testing.T) int {
+	return e.count(t, "SELECT count(*) FROM outbox_relay.failed_events")
+}
+
+func (e *pgLeaseEnv) Free(t *testing.T) int {
+	return e.count(t, "SELECT count(*) FROM (SELECT 1 FROM outbox FOR UPDATE SKIP LOCKED) x")
+}
+
+type pgOwner struct {
+	env    *pgLeaseEnv
+	name   string
+	pool   *pgxpool.Pool
+	leases *lease.Leases
+}
+
+func (o *pgOwner) Name() string          { return o.name }
+func (o *pgOwner) Leases() *lease.Leases { return o.leases }
+func (o *pgOwner) Die(*testing.T)        { o.pool.Close() }
+
+func (o *pgOwner) Store(t *testing.T, shard string) source.Store {
+	st, _ := newStore(t, o.pool, shard, o.env.table, "status", layout.Spec{}, true)
+	return st
 }

@@ -1,0 +1,85 @@
+// Package lease gives each shard (a source) to one relay process at a time
+// and fences every other: the leases are rows of the relay's own schema
+// (outbox_relay.leases, or the relay database on MySQL), and this package
+// holds the rule and the loop once; each dialect supplies a Store of single
+// statements and driver calls (postgres.LeaseStore, mysql.LeaseStore), and
+// both pass the conformance suite in leasetest.
+//
+// # Terms
+//
+// A lease row names its shard, its owner (one relay process: host, pid and
+// a random part), a term and an expiry. The term is 1 when the row is
+// created and grows by one on every change of owner, never otherwise: an
+// owner that acquires its own lease again keeps its term. A term therefore
+// names one holding of the shard, and a process that held term 3 can be
+// told apart from the one that holds term 4 even though both think they
+// hold the shard.
+//
+// Acquire (Leases.Acquire) reads the row and decides once (decide): no row,
+// insert term 1; the owner's own, extend it; expired, take it over with the
+// next term; another owner's and unexpired, stand by, unless that owner's
+// process is gone (Store.Alive: on PostgreSQL no session carries its
+// application_name; on MySQL no connection holds its named liveness lock),
+// in which case its lease is expired at once and taken, so that a restarted
+// relay resumes without waiting for the TTL. Every write names the row it
+// expects (owner, term, and for a takeover that it has expired): a replica
+// that lost a race writes nothing and stands by.
+//
+// # Timers
+//
+//   - The TTL (config lease_ttl, default 15s) is how long a lease lasts
+//     without renewal: the longest a dead holder's shard waits for another
+//     replica when its death cannot be seen (a partition, a frozen
+//     process).
+//   - The renewal interval is a third of the TTL: the holder renews at that
+//     pace from the moment it has the lease, and standby replicas try to
+//     acquire at the same pace.
+//   - The trust window is half the TTL, shorter than the TTL: a holder whose
+//     renewals have all failed for that long stops claiming, before its
+//     lease can have expired and been taken over. A renewal that finds the
+//     lease taken stops it at once.
+//   - The claim timeout (config claim_timeout) bounds how long one claim
+//     transaction may stay open: the database ends a claim of a hung relay
+//     after it. It bounds what a hand-over may have to wait for when the
+//     previous holder's claims cannot be ended.
+//
+// # Fencing
+//
+// A store binds its claims to the lease they are made under (Fence, set by
+// Hold while the work runs). The term is checked twice, in the database:
+// the claim locks no row unless the lease is still held with its term, and
+// the completing transaction reads the lease row with that term before it
+// commits; a batch whose lease is gone fails with ErrLeaseLost and records
+// nothing. The read takes no lock (it would hold up the holder's own
+// renewals): a takeover committed after it finds that transaction still
+// open, and the new holder ends it before claiming (hand-over, below). A deposed holder that wakes up (a paused VM, a long GC)
+// can therefore neither claim nor complete, whatever its clock says.
+//
+// # Hand-over
+//
+// A lease taken over names the owners whose claims may still be open
+// (Lease.Unended): the previous holder and every earlier one that a
+// previous holder did not end before it lost the lease in turn (A -> B -> C
+// where B lost the lease before ending A's claims: C ends both). The list
+// is kept in the row (NextUnended: each owner once, the newest last, never
+// the new holder itself, at most 16). Before it claims, the new holder ends
+// each of them (Store.EndOwner terminates their transactions on the table,
+// or waits for those it may not end), then, where the dialect needs it,
+// settles (waits with a locking read until the rows those claims held are
+// free: MySQL frees an owner's named locks before it has rolled back), and
+// only then records them ended (Leases.Ended) and starts its work. If it
+// loses the lease meanwhile the list stays, and the next holder ends them.
+// Per-key order thus holds through a hand-over: no new claim skips a row an
+// earlier holder's claim still locks.
+//
+// # Losing the lease
+//
+// When a renewal finds the lease taken, or none succeeded within the trust
+// window, Hold cancels the work: the worker stops claiming and finishes its
+// batches in flight, whose completions fail with ErrLeaseLost (their rows
+// go back to the pending set for the new holder). The replica then stands
+// by, trying to acquire again every third of the TTL. A worker that stops
+// on its own makes Hold acquire again, keeping its term while the lease is
+// still its own. On shutdown Hold releases the lease (expires it at once),
+// so that a standby replica takes the shard over without waiting.
+package lease

@@ -1,0 +1,130 @@
+// Package leasetest is the conformance suite every lease.Store passes
+// against its real database. A dialect's tests call Run with a Harness: the
+// harness knows the dialect (how to migrate a database, start an owner's
+// process, open a store on an outbox table, count its rows), the suite knows
+// what leases must do.
+//
+// What the suite proves:
+//
+//   - a free shard is acquired with term 1; a live owner's unexpired lease
+//     is not taken; the holder renews it and acquires it again with the
+//     same term; a released lease is taken at once with the next term, and
+//     its former holder can no longer renew it;
+//   - an expired lease of a live owner is taken over with the next term,
+//     and the lease of an owner whose process is gone is taken at once,
+//     without waiting for its expiry;
+//   - a deposed holder is fenced: its open batch's completion fails with
+//     lease.ErrLeaseLost and records nothing, it claims nothing, and the new
+//     holder claims and completes every row;
+//   - EndOwner ends a previous owner's open claim and returns once its rows
+//     are free;
+//   - a lease remembers every owner whose claims nobody ended (A -> B -> C
+//     where B lost the lease before ending A's claims: C must end both),
+//     until its holder records them ended;
+//   - Hold runs the work only while it holds the lease, with the store
+//     fenced by it, releases it when stopped (another owner takes it at
+//     once), stops the work when a renewal finds the lease taken, and,
+//     taking a lease over, ends every unended owner's claims before the
+//     work claims anything.
+package leasetest
+
+import (
+	"testing"
+
+	"github.com/outbox-relay/outbox-relay/internal/lease"
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
+
+// Harness gives the suite fresh databases of one dialect. It must be safe
+// for use by parallel tests.
+type Harness interface {
+	// NewEnv creates a database with the relay's migrations applied and
+	// an outbox table holding rows pending rows of one key, in order. It
+	// is dropped when t ends.
+	NewEnv(t *testing.T, rows int) Env
+	// DeposedClaimFails says a deposed holder's claim fails with
+	// lease.ErrLeaseLost; otherwise it may also return no batch and no
+	// error.
+	DeposedClaimFails() bool
+}
+
+// Env is one database made by a Harness.
+type Env interface {
+	// Owner starts a relay process: connections of its own marked with
+	// the owner's name, as a relay process's are. name is made unique on
+	// the server by the harness (Owner.Name tells the result). The owner
+	// counts as alive from its first Acquire until Die.
+	Owner(t *testing.T, name string) Owner
+	// Table is the outbox table as Store.EndOwner takes it.
+	Table() string
+	// ExpireAll makes every lease of the database expired now.
+	ExpireAll(t *testing.T)
+	// Pending counts the rows still to be delivered.
+	Pending(t *testing.T) int
+	// DeadLetters counts the entries of the dead-letter table.
+	DeadLetters(t *testing.T) int
+	// Free counts the rows no transaction holds locked.
+	Free(t *testing.T) int
+}
+
+// Owner is one relay process of an Env.
+type Owner interface {
+	Name() string
+	// Leases is the owner's lease table.
+	Leases() *lease.Leases
+	// Store opens a store of the outbox table for shard on the owner's
+	// connections, ordering on; it implements lease.Fenced.
+	Store(t *testing.T, shard string) source.Store
+	// Die ends the process: its connections close, and with them what
+	// tells other replicas it is alive.
+	Die(t *testing.T)
+}
+
+// Run runs the suite, each case in a subtest with an Env of its own. The
+// cases that end another owner's claims run first, one at a time: MySQL's
+// list of open transactions (INNODB_TRX) is a cache refreshed only once
+// nobody has read it for 100ms, so owners polling it at once can keep each
+// other's view stale. The others then run in parallel.
+func Run(t *testing.T, h Harness) {
+	for _, tc := range []struct {
+		name   string
+		fn     func(*testing.T, Harness)
+		serial bool
+	}{
+		{"EndOwnerEndsTheClaims", testEndOwner, true},
+		{"HandoverEndsEveryUnended", testHandoverEndsEveryUnended, true},
+		{"AcquireRenewRelease", testAcquireRenewRelease, false},
+		{"ExpiredLeaseTakenOver", testExpiredTakeover, false},
+		{"GoneOwnerTakenOverAtOnce", testGoneOwnerTakeover, false},
+		{"DeposedHolderFenced", testDeposedHolderFenced, false},
+		{"UnendedOwners", testUnendedOwners, false},
+		{"HoldReleasesOnStop", testHoldReleases, false},
+		{"HoldStopsWhenLost", testHoldStopsWhenLost, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if !tc.serial {
+				t.Parallel()
+			}
+			tc.fn(t, h)
+		})
+	}
+}
+
+// fence returns the fence of a store the harness opened.
+func fence(t *testing.T, st source.Store) *lease.Fence {
+	t.Helper()
+	f, ok := st.(lease.Fenced)
+	if !ok {
+		t.Fatalf("%T has no lease fence", st)
+	}
+	return f.LeaseFence()
+}
+
+// all lists every row index of a batch.
+func all(b source.Batch) []int {
+	out := make([]int, len(b.Rows()))
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
