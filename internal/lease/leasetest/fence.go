@@ -25,6 +25,8 @@ func testDeposedHolderFenced(t *testing.T, h Harness) {
 	if err != nil || b1 == nil {
 		t.Fatalf("claim: %v %v", b1, err)
 	}
+	// Given back however the test ends: a pool closes once its connections are.
+	t.Cleanup(func() { _ = b1.Release(context.WithoutCancel(ctx)) })
 	// b takes the source over (a's lease expired) while a's batch is open.
 	env.ExpireAll(t)
 	b := env.Owner(t, "b")
@@ -75,6 +77,8 @@ func testEndOwner(t *testing.T, h Harness) {
 	if err != nil || held == nil {
 		t.Fatalf("claim: %v %v", held, err)
 	}
+	// Given back however the test ends: a pool closes once its connections are.
+	t.Cleanup(func() { _ = held.Release(context.WithoutCancel(ctx)) })
 	if n := env.Free(t); n != 2 {
 		t.Fatalf("%d rows free while a's claim holds 2 of 4", n)
 	}

@@ -102,6 +102,8 @@ func testHandoverEndsEveryUnended(t *testing.T, h Harness) {
 	if err != nil || held == nil {
 		t.Fatalf("claim: %v %v", held, err)
 	}
+	// Given back however the test ends: a pool closes once its connections are.
+	t.Cleanup(func() { _ = held.Release(context.WithoutCancel(ctx)) })
 	env.ExpireAll(t)
 	b := env.Owner(t, "b")
 	lb := acquire(t, b, "s", time.Minute, 2, a.Name())
