@@ -38,7 +38,7 @@ func (dialect) Bool(b bool) string {
 func (dialect) Now() string                 { return "statement_timestamp()" }
 func (dialect) Timestamp(utc string) string { return "'" + utc + "+00'" }
 
-// ResetError sets the column's default: NULL, or '' for a NOT NULL column.
+// ResetError sets the column's default: NULL, or ” for a NOT NULL column.
 func (dialect) ResetError(quotedCol string) string { return quotedCol + " = DEFAULT" }
 
 // sq writes the layout's SQL in PostgreSQL's dialect.

@@ -46,7 +46,7 @@ func (s SQL) OptTemplate(t layout.Template, alias string) string {
 }
 
 // OrderKey is the row's order key: the first of the layout's order key
-// templates that is neither NULL nor empty, else ''. Rows whose key is ''
+// templates that is neither NULL nor empty, else ”. Rows whose key is ”
 // have no order and hold nothing.
 func (s SQL) OrderKey(l *layout.Layout, alias string) string {
 	if len(l.OrderKeys) == 0 {
