@@ -236,3 +236,50 @@ func TestStatusInAWord(t *testing.T) {
 		}
 	}
 }
+
+// After failed probes grew the cooldown, a good probe closes the circuit
+// and resets it: the next opening waits the initial cooldown, not the
+// grown one.
+func TestCooldownResetsAfterAGoodProbe(t *testing.T) {
+	fail := true
+	f := &fake{answer: func() error {
+		if fail {
+			return errors.New("connection refused")
+		}
+		return nil
+	}}
+	p, c, _ := newTest(f)
+	failThrice := func() {
+		for range 3 {
+			p.Publish(context.Background(), msgs)
+		}
+		if s, _ := p.State(); s != Open {
+			t.Fatalf("state %v after 3 failed calls, want open", s)
+		}
+	}
+	failThrice()
+	c.advance(time.Second)
+	p.Publish(context.Background(), msgs) // failed probe: cooldown 2s
+	if until := unavailable(t, p.Publish(context.Background(), msgs)); !until.Equal(c.now().Add(2 * time.Second)) {
+		t.Fatalf("cooldown %v after a failed probe, want 2s", until.Sub(c.now()))
+	}
+	c.advance(2 * time.Second)
+	fail = false
+	if res := p.Publish(context.Background(), msgs); res[0] != nil {
+		t.Fatalf("probe: %v", res[0])
+	}
+	if s, _ := p.State(); s != Closed {
+		t.Fatalf("state %v after a good probe, want closed", s)
+	}
+	fail = true
+	failThrice()
+	if until := unavailable(t, p.Publish(context.Background(), msgs)); !until.Equal(c.now().Add(time.Second)) {
+		t.Errorf("cooldown %v after a good probe and new failures, want the initial 1s", until.Sub(c.now()))
+	}
+	// And the next failed probe doubles from the initial cooldown.
+	c.advance(time.Second)
+	p.Publish(context.Background(), msgs)
+	if until := unavailable(t, p.Publish(context.Background(), msgs)); !until.Equal(c.now().Add(2 * time.Second)) {
+		t.Errorf("cooldown %v after the next failed probe, want 2s", until.Sub(c.now()))
+	}
+}
