@@ -94,3 +94,117 @@ func TestResultDown(t *testing.T) {
 		}
 	}
 }
+
+// TestEveryNamedCode: every error code and sentinel classify.go names, with
+// what result makes of it. Changing any one classification, in classify,
+// environmental or down, fails a row; a code added to environmental without
+// a row here fails the test too.
+func TestEveryNamedCode(t *testing.T) {
+	t.Parallel()
+	type outcome int
+	const (
+		retry    outcome = iota // retryable, charged an attempt
+		isDown                  // retryable, the cluster's fault: charged nothing
+		terminal                // dead-lettered
+	)
+	names := [...]string{"retry", "down", "terminal"}
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	unseen := map[*kerr.Error]bool{}
+	for ke, env := range environmental {
+		if env {
+			unseen[ke] = true
+		}
+	}
+	classes := [...]string{"retryable", "badRecord", "badTopic"}
+	giveUp := func(sentinel error) error {
+		return fmt.Errorf("%w, last err: %w", sentinel, kerr.InvalidTopicException)
+	}
+	timedOut := func(code error) error { return fmt.Errorf("%w, last err: %w", kgo.ErrRecordTimeout, code) }
+	for _, tc := range []struct {
+		err   error
+		class class
+		want  outcome
+	}{
+		// Give-ups: retried whatever last error they wrap, even one that
+		// alone would be terminal.
+		{giveUp(kgo.ErrRecordTimeout), retryable, isDown},
+		{giveUp(kgo.ErrRecordRetries), retryable, retry},
+		{giveUp(kgo.ErrClientClosed), retryable, retry},
+		{giveUp(kgo.ErrAborting), retryable, retry},
+		{giveUp(kgo.ErrMaxBuffered), retryable, retry},
+		{giveUp(context.Canceled), retryable, retry},
+		{giveUp(context.DeadlineExceeded), retryable, retry},
+		{dial, retryable, isDown},
+		// A topic that does not exist (yet), or that the relay may not
+		// write to: the topic's problem, not the cluster's, even when the
+		// delivery timed out on it.
+		{kerr.UnknownTopicOrPartition, retryable, retry},
+		{kerr.UnknownTopicID, retryable, retry},
+		{timedOut(kerr.UnknownTopicOrPartition), retryable, retry},
+		{timedOut(kerr.UnknownTopicID), retryable, retry},
+		{timedOut(kerr.TopicAuthorizationFailed), retryable, retry},
+		// A destination no record can go to.
+		{kerr.InvalidTopicException, badTopic, terminal},
+		// Retriable code on which franz-go gives up at once.
+		{kerr.CorruptMessage, badRecord, terminal},
+		// Environmental: the client, its credentials or the cluster.
+		{kerr.UnknownServerError, retryable, retry},
+		{kerr.TopicAuthorizationFailed, retryable, retry},
+		{kerr.ClusterAuthorizationFailed, retryable, isDown},
+		{kerr.TransactionalIDAuthorizationFailed, retryable, retry},
+		{kerr.SaslAuthenticationFailed, retryable, isDown},
+		{kerr.UnsupportedSaslMechanism, retryable, retry},
+		{kerr.IllegalSaslState, retryable, retry},
+		{kerr.UnsupportedVersion, retryable, retry},
+		{kerr.UnsupportedForMessageFormat, retryable, retry},
+		{kerr.UnsupportedCompressionType, retryable, retry},
+		{kerr.InvalidRequiredAcks, retryable, retry},
+		{kerr.InvalidRequest, retryable, retry},
+		{kerr.OutOfOrderSequenceNumber, retryable, retry},
+		{kerr.DuplicateSequenceNumber, retryable, retry},
+		{kerr.UnknownProducerID, retryable, retry},
+		{kerr.InvalidProducerEpoch, retryable, retry},
+		{kerr.InvalidProducerIDMapping, retryable, retry},
+		{kerr.ProducerFenced, retryable, retry},
+		// The record's own fault (the default for other non-retriable codes).
+		{kerr.MessageTooLarge, badRecord, terminal},
+		{kerr.RecordListTooLarge, badRecord, terminal},
+		{kerr.InvalidRecord, badRecord, terminal},
+		// The defaults: what is not a Kafka code, or a retriable one, is
+		// retried; any other code is the record's fault.
+		{errors.New("broken pipe"), retryable, retry},
+		{kerr.NotLeaderForPartition, retryable, retry},
+		{kerr.PolicyViolation, badRecord, terminal},
+	} {
+		name := tc.err.Error()
+		if got := classify(fmt.Errorf("wrapped: %w", tc.err)); got != tc.class {
+			t.Errorf("%s: class %s, want %s", name, classes[got], classes[tc.class])
+		}
+		res := result("t", tc.err)
+		got := retry
+		switch {
+		case res == nil:
+			t.Errorf("%s: result nil", name)
+			continue
+		case sink.IsTerminal(res) && sink.IsDown(res):
+			t.Errorf("%s: result %v is both terminal and down", name, res)
+			continue
+		case sink.IsTerminal(res):
+			got = terminal
+		case sink.IsDown(res):
+			got = isDown
+		}
+		if got != tc.want {
+			t.Errorf("%s: result %s, want %s", name, names[got], names[tc.want])
+		}
+		if !errors.Is(res, tc.err) {
+			t.Errorf("%s: result %v does not wrap the error", name, res)
+		}
+		if ke, ok := errors.AsType[*kerr.Error](tc.err); ok && environmental[ke] {
+			delete(unseen, ke)
+		}
+	}
+	for ke := range unseen {
+		t.Errorf("%s is environmental but has no row in this table", ke.Message)
+	}
+}
