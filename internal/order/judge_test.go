@@ -140,3 +140,74 @@ func TestBook(t *testing.T) {
 		t.Fatalf("keys still held: %d", b.InFlight())
 	}
 }
+
+// TestPlanSendsEveryWave: when every row is delivered, driving the plan
+// wave by wave sends every row once, each key's rows in claim order, and a
+// key's next run only in a later wave than its previous one, however many
+// runs the keys have and in whatever order the keys come. A key with one
+// run after a key with several must not cut the waves short.
+func TestPlanSendsEveryWave(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		keys  []string
+		dests []string
+		waves int
+	}{
+		{"several runs, then one", []string{"a", "a", "a", "b"}, []string{"x", "y", "x", "x"}, 3},
+		{"several runs, then one, interleaved", []string{"a", "b", "a", "c", "a"}, []string{"x", "x", "y", "y", "x"}, 3},
+		{"one run, then several", []string{"b", "a", "a"}, []string{"x", "x", "y"}, 2},
+		{"keyless rows after several runs", []string{"a", "a", "", ""}, []string{"x", "y", "x", "y"}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			idx := make([]int, len(tc.keys))
+			for i := range idx {
+				idx[i] = i
+			}
+			p := NewPlan(tc.keys, idx, func(i, j int) bool { return tc.dests[i] == tc.dests[j] })
+			if p.Waves() != tc.waves {
+				t.Errorf("waves = %d, want %d", p.Waves(), tc.waves)
+			}
+			wave := make([]int, len(tc.keys))
+			for i := range wave {
+				wave[i] = -1
+			}
+			var sent []int
+			for w := range p.Waves() {
+				send, held := p.Wave(w)
+				if len(held) != 0 {
+					t.Fatalf("wave %d held %v with every row delivered", w, held)
+				}
+				for _, i := range send {
+					if wave[i] >= 0 {
+						t.Fatalf("row %d sent in waves %d and %d", i, wave[i], w)
+					}
+					wave[i] = w
+					sent = append(sent, i)
+					p.Record(i, OK)
+				}
+			}
+			for i, w := range wave {
+				if w < 0 {
+					t.Errorf("row %d (key %q, destination %s) never sent; waves %v", i, tc.keys[i], tc.dests[i], wave)
+				}
+			}
+			last := map[string]int{}
+			for _, i := range sent {
+				k := tc.keys[i]
+				if k == "" {
+					continue
+				}
+				if j, ok := last[k]; ok {
+					switch {
+					case j > i:
+						t.Errorf("key %q: row %d sent after row %d", k, j, i)
+					case tc.dests[j] != tc.dests[i] && wave[j] >= wave[i]:
+						t.Errorf("key %q: row %d (to %s) in wave %d, not after row %d (to %s) in wave %d",
+							k, i, tc.dests[i], wave[i], j, tc.dests[j], wave[j])
+					}
+				}
+				last[k] = i
+			}
+		})
+	}
+}
