@@ -4,8 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
@@ -348,4 +350,78 @@ func TestBackoffPersists(t *testing.T) {
 func (e *env) dsnOpts() (o mysql.ConnOptions) {
 	o.ClaimTimeout = time.Second
 	return o
+}
+
+// TestLongOrderKeyHeldWhileItBacksOff: retry_state keeps only the first
+// 500 characters of an order key; the claim must compare the same prefix,
+// so that the later rows of a longer key wait while its head backs off. The
+// key ends in two-byte characters across the cut, so a cut by bytes would
+// not match a cut by characters.
+func TestLongOrderKeyHeldWhileItBacksOff(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	long := strings.Repeat("k", 490) + strings.Repeat("é", 110) // 600 characters, 710 bytes
+	e.exec(t, strings.Replace(kafkaOutbox, "`key` VARCHAR(255)", "`key` VARCHAR(1000)", 1))
+	insert := func(n int, key string) {
+		t.Helper()
+		if _, err := e.db.ExecContext(ctx, "INSERT INTO kafka_outbox (topic, payload_json, `key`) VALUES ('t', ?, ?)",
+			fmt.Sprintf(`{"n": %d}`, n), key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(1, long)
+	insert(2, long)
+	insert(3, "x")
+	st, _ := e.store(t, e.db, "k", "kafka_outbox", "", kafkaLayout, true)
+	b, err := st.Claim(ctx, 10)
+	if err != nil || b == nil || !slices.Equal(ids(b.Rows()), []string{"1", "2", "3"}) {
+		if b != nil {
+			_ = b.Release(ctx)
+		}
+		t.Fatalf("claim: %v %v", b, err)
+	}
+	if b.Rows()[0].OrderKey != long {
+		_ = b.Release(ctx)
+		t.Fatalf("order key of %d characters, want the whole key of 600", utf8.RuneCountInString(b.Rows()[0].OrderKey))
+	}
+	// Row 1 backs off for an hour; row 2 is left pending behind it.
+	if err := b.Complete(ctx, source.Outcome{
+		Retry:     []source.Retry{{Index: 0, Attempts: 1, At: time.Now().Add(time.Hour), Err: "timeout"}},
+		Published: []int{2},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var stored string
+	if err := e.db.QueryRowContext(ctx, "SELECT order_key FROM "+e.relayDB+".retry_state WHERE event_id = '1'").Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if want := []rune(long)[:500]; stored != string(want) {
+		t.Fatalf("retry_state.order_key has %d characters, want the key's first 500", utf8.RuneCountInString(stored))
+	}
+	// A row of the key written later, with no retry state of its own,
+	// waits too; another key's row goes.
+	insert(4, long)
+	insert(5, "y")
+	b, err = st.Claim(ctx, 10)
+	if err != nil || b == nil || !slices.Equal(ids(b.Rows()), []string{"5"}) {
+		var got []string
+		if b != nil {
+			got = ids(b.Rows())
+			_ = b.Release(ctx)
+		}
+		t.Fatalf("claim while the long key backs off: rows %v (%v), want only row 5", got, err)
+	}
+	if err := b.Complete(ctx, source.Outcome{Published: []int{0}}); err != nil {
+		t.Fatal(err)
+	}
+	// Once the backoff is over, the key comes back from its head, in order.
+	e.exec(t, "UPDATE "+e.relayDB+".retry_state SET next_attempt_at = UTC_TIMESTAMP(6)")
+	b, err = st.Claim(ctx, 10)
+	if b != nil {
+		defer func() { _ = b.Release(ctx) }()
+	}
+	if err != nil || b == nil || !slices.Equal(ids(b.Rows()), []string{"1", "2", "4"}) || b.Rows()[0].Attempts != 1 {
+		t.Fatalf("claim after the backoff: %v %v", b, err)
+	}
 }
