@@ -10,8 +10,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -328,4 +330,168 @@ func TestExactlyOnceLateCommitBelowProgress(t *testing.T) {
 		t.Errorf("the late row (id %d, below ids already delivered) seen %d times; %d records for %d events, want 51 once each",
 			lateID, lateSeen, len(col.records()), len(distinct(recs)))
 	}
+}
+
+// TestExactlyOnceFailedDatabaseCommitStaysInProgress: a batch's Kafka
+// transaction commits and its database commit then fails, while the next
+// batch on the same producer is still to commit. The failed batch's ids
+// must stay in that producer's progress records (its database commit was
+// never confirmed), so that the takeover that follows marks its rows
+// published instead of claiming and sending them again.
+//
+// Batches of five rows go to topics t1, t2, t3 (producers 0, 1, 0). A
+// trigger fails t1's commit once; the test lets it fail only once t3's
+// batch is under way, and lets t3's transaction write its progress record
+// only once the completion of t1 has ended and t2's has begun.
+func TestExactlyOnceFailedDatabaseCommitStaysInProgress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, chaosTable, `CREATE SEQUENCE fail_once`,
+		`CREATE FUNCTION gate() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  IF NEW.published AND NOT OLD.published THEN
+    IF NEW.topic = 't1' THEN
+      PERFORM pg_advisory_xact_lock(1);
+      IF nextval('fail_once') = 1 THEN
+        RAISE EXCEPTION 'the database refuses this batch';
+      END IF;
+    ELSIF NEW.topic = 't2' THEN
+      PERFORM pg_advisory_xact_lock(2);
+    END IF;
+  END IF;
+  RETURN NEW;
+END $$`,
+		`CREATE TRIGGER gate BEFORE UPDATE ON outbox FOR EACH ROW EXECUTE FUNCTION gate()`,
+		`INSERT INTO outbox (k, topic, payload)
+SELECT 'k' || g, 't' || ((g - 1) / 5 + 1), jsonb_build_object('i', g) FROM generate_series(1, 15) g`)
+
+	// The test's own session holds advisory locks 1 and 2 until it lets
+	// the completions of t1 and t2 go on.
+	locks, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer locks.Release()
+	if _, err := locks.Exec(ctx, "SELECT pg_advisory_lock(1), pg_advisory_lock(2)"); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func(key int) func() (bool, string) {
+		return func() (bool, string) {
+			var n int
+			err := pool.QueryRow(ctx, `SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1 AND NOT granted
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, key).Scan(&n)
+			return err == nil && n > 0, fmt.Sprint(n, " waiting ", err)
+		}
+	}
+
+	c := kafkaCluster(t, kfake.SeedTopics(1, "t1", "t2", "t3"), kfake.SeedTopics(1, "outbox_relay_progress"))
+	t3 := c.TopicInfo("t3").TopicID // produce requests name topics by id from v13
+	reached, release := make(chan struct{}), make(chan struct{})
+	var gated atomic.Bool
+	c.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		c.KeepControl()
+		for _, tp := range req.(*kmsg.ProduceRequest).Topics {
+			if (tp.Topic == "t3" || tp.TopicID == t3) && gated.CompareAndSwap(false, true) {
+				close(reached)
+				c.SleepControl(func() { <-release })
+			}
+		}
+		return nil, nil, false
+	})
+	releaseOnce := sync.OnceFunc(func() { close(release) })
+	defer releaseOnce()
+
+	src := chaosSource(5, 3)
+	src.Delivery = config.DeliveryExactlyOnce
+	cfg := baseConfig(dsn, c.ListenAddrs(), src)
+	runRelay(t, cfg)
+
+	select {
+	case <-reached:
+	case <-time.After(30 * time.Second):
+		t.Fatal("t3's batch never produced")
+	}
+	waitFor(t, 30*time.Second, "t1's completion waiting, its Kafka transaction committed", waiting(1))
+	if _, err := locks.Exec(ctx, "SELECT pg_advisory_unlock(1)"); err != nil {
+		t.Fatal(err)
+	}
+	// Completions go in claim order: t2's begins once t1's has failed and
+	// its worker has done all it does about it.
+	waitFor(t, 30*time.Second, "t2's completion waiting", waiting(2))
+	releaseOnce()
+	if _, err := locks.Exec(ctx, "SELECT pg_advisory_unlock(2)"); err != nil {
+		t.Fatal(err)
+	}
+
+	waitFor(t, 60*time.Second, "every row marked published", func() (bool, string) {
+		var pending int
+		err := pool.QueryRow(ctx, "SELECT count(*) FROM outbox WHERE NOT published").Scan(&pending)
+		return err == nil && pending == 0, fmt.Sprint(pending, " pending ", err)
+	})
+	var failures int64
+	if err := pool.QueryRow(ctx, "SELECT last_value FROM fail_once").Scan(&failures); err != nil || failures < 6 {
+		t.Fatalf("t1's rows went through the trigger %d times (%v): want the failed commit, then the takeover's", failures, err)
+	}
+	seen := readCommitted(t, c.ListenAddrs(), "t1", "t2", "t3")
+	if len(seen) != 15 {
+		t.Errorf("%d events seen by a read_committed consumer, want 15", len(seen))
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("event %s seen %d times by a read_committed consumer", id, n)
+		}
+	}
+}
+
+// readCommitted reads single-partition topics to their end as a
+// read_committed consumer and counts the records of each event id. Call it
+// when no transaction is open on them.
+func readCommitted(t *testing.T, brokers []string, topics ...string) map[string]int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	admin, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	ends, err := kadm.NewClient(admin).ListEndOffsets(ctx, topics...)
+	if err != nil || ends.Error() != nil {
+		t.Fatal(err, ends.Error())
+	}
+	want := map[string]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		if o.Offset > 0 {
+			want[o.Topic] = o.Offset
+		}
+	})
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...), kgo.ConsumeTopics(topics...),
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.FetchIsolationLevel(kgo.ReadCommitted()),
+		kgo.KeepControlRecords(), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	out := map[string]int{}
+	for len(want) > 0 {
+		fs := cl.PollFetches(ctx)
+		if ctx.Err() != nil {
+			t.Fatalf("reading %v to their end: %v; left %v", topics, ctx.Err(), want)
+		}
+		fs.EachRecord(func(r *kgo.Record) {
+			end, ok := want[r.Topic]
+			if !ok {
+				return
+			}
+			if !r.Attrs.IsControl() {
+				id, _ := header(r, "event_id")
+				out[id]++
+			}
+			if r.Offset+1 >= end {
+				delete(want, r.Topic)
+			}
+		})
+	}
+	return out
 }
