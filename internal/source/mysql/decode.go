@@ -5,24 +5,12 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
-// Claim query result columns, in order (see buildStatements).
+// A claimed row's columns: sqlcore's, then this store's own.
 const (
-	colID = iota
-	colPayload
-	colTopic
-	colKey
-	colPartitionKey
-	colOrderKey
-	colHeaders
-	colEventType
-	colAggregateType
-	colAggregateID
-	colCreatedAt
-	colMaxRetries
-	colAttempts
-	colClaimedAt
+	colClaimedAt = sqlcore.NumRowColumns + iota // the claim's time, by the server's clock
 	numClaimCols
 )
 
@@ -32,7 +20,7 @@ const (
 // costs few allocations whatever its width.
 func scanRow(rows *sql.Rows, extra int, r *source.Row, claimedAt *time.Time) error {
 	var (
-		raw        [colAggregateID + 1]sql.RawBytes
+		raw        [sqlcore.ColAggregateID + 1]sql.RawBytes
 		created    sql.NullTime
 		maxRetries sql.NullInt64
 		attempts   int64
@@ -75,8 +63,8 @@ func scanRow(rows *sql.Rows, extra int, r *source.Row, claimedAt *time.Time) err
 // fillRow copies the raw text and byte columns of one claimed row into r.
 func fillRow(raw []sql.RawBytes, r *source.Row) {
 	r.Fill(source.RawFields{
-		ID: raw[colID], Payload: raw[colPayload], Topic: raw[colTopic], Key: raw[colKey],
-		PartitionKey: raw[colPartitionKey], OrderKey: raw[colOrderKey], Headers: raw[colHeaders],
-		EventType: raw[colEventType], AggregateType: raw[colAggregateType], AggregateID: raw[colAggregateID],
+		ID: raw[sqlcore.ColID], Payload: raw[sqlcore.ColPayload], Topic: raw[sqlcore.ColTopic], Key: raw[sqlcore.ColKey],
+		PartitionKey: raw[sqlcore.ColPartitionKey], OrderKey: raw[sqlcore.ColOrderKey], Headers: raw[sqlcore.ColHeaders],
+		EventType: raw[sqlcore.ColEventType], AggregateType: raw[sqlcore.ColAggregateType], AggregateID: raw[sqlcore.ColAggregateID],
 	})
 }

@@ -34,20 +34,6 @@ type statements struct {
 	stats         string // ? source, schema, table, last id, published, retried, dead, pending, lag
 }
 
-func optText(alias, name string) string {
-	if name == "" {
-		return "NULL"
-	}
-	return asText(sq.Col(alias, name))
-}
-
-func optCol(alias, name string) string {
-	if name == "" {
-		return "NULL"
-	}
-	return sq.Col(alias, name)
-}
-
 // attemptsSQL is a row's failed attempts: the relay's retry state, else the
 // table's own retry counter (which another relay may have kept), else 0.
 func attemptsSQL(l *layout.Layout, retryAttempts string) string {
@@ -134,25 +120,15 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 	if index != "" {
 		force = " FORCE INDEX (" + QuoteIdent(index) + ")"
 	}
-	selectList := []string{
-		idTextSQL(l, "o"),
-		sq.Col("o", l.Payload.Name),
-		sq.Template(l.Topic, "o"),
-		sqlcore.NullIfEmpty(sq.OptTemplate(l.Key, "o")),
-		sq.OptTemplate(l.PartitionKey, "o"),
-		sq.OrderKey(l, "o"),
-		sqlcore.NullIfEmpty(optCol("o", l.Headers)),
-		optText("o", l.EventType),
-		optText("o", l.AggregateType),
-		optText("o", l.AggregateID),
-		optCol("o", l.CreatedAt),
-		optCol("o", l.MaxRetries),
-		attemptsSQL(l, "(SELECT r.attempts FROM "+retryRow+")"),
-		now, // the claim's time, recorded on delivery when the layout keeps claims
-	}
-	for _, t := range l.Extra {
-		selectList = append(selectList, sq.Template(t, "o"))
-	}
+	c := sq.Row(l, "o")
+	c.ID = idTextSQL(l, "o")
+	c.Payload = sq.Col("o", l.Payload.Name)
+	c.Headers = sqlcore.NullIfEmpty(sq.OptCol("o", l.Headers))
+	c.CreatedAt = sq.OptCol("o", l.CreatedAt)
+	c.MaxRetries = sq.OptCol("o", l.MaxRetries)
+	c.Attempts = attemptsSQL(l, "(SELECT r.attempts FROM "+retryRow+")")
+	// The claim's time, recorded on delivery when the layout keeps claims.
+	selectList := sq.List(c, l, "o", now)
 	where := []string{
 		sq.Pending(l, "o"),
 		"NOT EXISTS (SELECT 1 FROM " + retryRow + " AND r.next_attempt_at > " + now + ")",

@@ -10,26 +10,14 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
-// Claim query result columns, in order (see buildStatements).
+// A claimed row's columns: sqlcore's, then this store's own.
 const (
-	colID = iota
-	colPayload
-	colTopic
-	colKey
-	colPartitionKey
-	colOrderKey
-	colHeaders
-	colEventType
-	colAggregateType
-	colAggregateID
-	colCreatedAt
-	colMaxRetries
-	colAttempts
-	colCtid     // the row's physical address, for acknowledging it
-	colTie      // its place in its transaction (see tieSQL)
-	colRetrying // whether it has a retry state
+	colCtid     = sqlcore.NumRowColumns + iota // the row's physical address, for acknowledging it
+	colTie                                     // its place in its transaction (see tieSQL)
+	colRetrying                                // whether it has a retry state
 	numClaimCols
 )
 
@@ -59,26 +47,26 @@ func decodeRow(vals [][]byte, fds []pgconn.FieldDescription, r *source.Row) erro
 		}
 	}
 	r.Fill(source.RawFields{
-		ID: vals[colID], Payload: vals[colPayload], Topic: vals[colTopic], Key: vals[colKey],
-		PartitionKey: vals[colPartitionKey], OrderKey: vals[colOrderKey], Headers: vals[colHeaders],
-		EventType: vals[colEventType], AggregateType: vals[colAggregateType], AggregateID: vals[colAggregateID],
+		ID: vals[sqlcore.ColID], Payload: vals[sqlcore.ColPayload], Topic: vals[sqlcore.ColTopic], Key: vals[sqlcore.ColKey],
+		PartitionKey: vals[sqlcore.ColPartitionKey], OrderKey: vals[sqlcore.ColOrderKey], Headers: vals[sqlcore.ColHeaders],
+		EventType: vals[sqlcore.ColEventType], AggregateType: vals[sqlcore.ColAggregateType], AggregateID: vals[sqlcore.ColAggregateID],
 	})
 
-	if v := vals[colCreatedAt]; v != nil {
-		t, err := decodeTimestamptz(v, fds[colCreatedAt].Format)
+	if v := vals[sqlcore.ColCreatedAt]; v != nil {
+		t, err := decodeTimestamptz(v, fds[sqlcore.ColCreatedAt].Format)
 		if err != nil {
 			return err
 		}
 		r.CreatedAt = t
 	}
-	if v := vals[colMaxRetries]; v != nil {
-		n, err := decodeInt4(v, fds[colMaxRetries].Format)
+	if v := vals[sqlcore.ColMaxRetries]; v != nil {
+		n, err := decodeInt4(v, fds[sqlcore.ColMaxRetries].Format)
 		if err != nil {
 			return err
 		}
 		r.MaxAttempts = n + 1
 	}
-	n, err := decodeInt4(vals[colAttempts], fds[colAttempts].Format)
+	n, err := decodeInt4(vals[sqlcore.ColAttempts], fds[sqlcore.ColAttempts].Format)
 	if err != nil {
 		return err
 	}

@@ -9,37 +9,38 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
 func TestDecodeRow(t *testing.T) {
 	fds := make([]pgconn.FieldDescription, numClaimCols)
-	fds[colCreatedAt].Format = pgtype.BinaryFormatCode
-	fds[colMaxRetries].Format = pgtype.BinaryFormatCode
-	fds[colAttempts].Format = pgtype.TextFormatCode
+	fds[sqlcore.ColCreatedAt].Format = pgtype.BinaryFormatCode
+	fds[sqlcore.ColMaxRetries].Format = pgtype.BinaryFormatCode
+	fds[sqlcore.ColAttempts].Format = pgtype.TextFormatCode
 	int4 := func(n int32) []byte { return binary.BigEndian.AppendUint32(nil, uint32(n)) }
 	when := time.Date(2026, 1, 30, 12, 0, 0, 123456000, time.UTC)
 	ts := binary.BigEndian.AppendUint64(nil, uint64(when.Sub(pgEpoch)/time.Microsecond))
 
 	vals := make([][]byte, numClaimCols)
-	vals[colID] = []byte("ckx1")
-	vals[colPayload] = []byte(`{"a":1}`)
-	vals[colTopic] = []byte("tenant.acme")
-	vals[colKey] = []byte("")
-	vals[colPartitionKey] = []byte("")
-	vals[colOrderKey] = []byte("task-1")
-	vals[colHeaders] = nil
-	vals[colEventType] = []byte("kitchen.task.claimed")
-	vals[colAggregateType] = nil
-	vals[colAggregateID] = []byte("task-1")
-	vals[colCreatedAt] = ts
-	vals[colMaxRetries] = int4(5)
-	vals[colAttempts] = []byte("2")
+	vals[sqlcore.ColID] = []byte("ckx1")
+	vals[sqlcore.ColPayload] = []byte(`{"a":1}`)
+	vals[sqlcore.ColTopic] = []byte("tenant.acme")
+	vals[sqlcore.ColKey] = []byte("")
+	vals[sqlcore.ColPartitionKey] = []byte("")
+	vals[sqlcore.ColOrderKey] = []byte("task-1")
+	vals[sqlcore.ColHeaders] = nil
+	vals[sqlcore.ColEventType] = []byte("kitchen.task.claimed")
+	vals[sqlcore.ColAggregateType] = nil
+	vals[sqlcore.ColAggregateID] = []byte("task-1")
+	vals[sqlcore.ColCreatedAt] = ts
+	vals[sqlcore.ColMaxRetries] = int4(5)
+	vals[sqlcore.ColAttempts] = []byte("2")
 
 	var r source.Row
 	if err := decodeRow(vals, fds, &r); err != nil {
 		t.Fatal(err)
 	}
-	vals[colPayload][0] = 'X' // the row must not alias the driver's buffer
+	vals[sqlcore.ColPayload][0] = 'X' // the row must not alias the driver's buffer
 	if r.ID != "ckx1" || string(r.Payload) != `{"a":1}` || !r.TopicOK || r.Topic != "tenant.acme" ||
 		r.OrderKey != "task-1" || r.EventType != "kitchen.task.claimed" || r.AggregateType != "" || r.AggregateID != "task-1" {
 		t.Fatalf("decoded %+v", r)
@@ -54,7 +55,7 @@ func TestDecodeRow(t *testing.T) {
 		t.Errorf("created %v, max attempts %d, attempts %d", r.CreatedAt, r.MaxAttempts, r.Attempts)
 	}
 
-	vals[colTopic], vals[colKey], vals[colCreatedAt], vals[colMaxRetries] = nil, nil, nil, nil
+	vals[sqlcore.ColTopic], vals[sqlcore.ColKey], vals[sqlcore.ColCreatedAt], vals[sqlcore.ColMaxRetries] = nil, nil, nil, nil
 	r = source.Row{}
 	if err := decodeRow(vals, fds, &r); err != nil {
 		t.Fatal(err)

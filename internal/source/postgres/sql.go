@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
 // statements is the SQL of one source, built once from its layout.
@@ -33,13 +34,6 @@ func payloadSQL(l *layout.Layout, alias string) string {
 	return c + "::text"
 }
 
-func orDefault(expr string) string {
-	if expr == "" {
-		return "NULL"
-	}
-	return expr
-}
-
 func optCol(alias, name, cast string) string {
 	if name == "" {
 		return "NULL" + cast
@@ -56,22 +50,6 @@ func attemptsSQL(l *layout.Layout) string {
 	return "COALESCE(r.attempts, " + sq.Col("o", l.RetryCount) + "::int, 0)"
 }
 
-// nullIfEmpty makes an empty text NULL: an empty key is no key, empty
-// headers are none.
-func nullIfEmpty(expr string) string {
-	if expr == "" {
-		return ""
-	}
-	return "NULLIF(" + expr + ", '')"
-}
-
-func optColIfSet(alias, name, cast string) string {
-	if name == "" {
-		return ""
-	}
-	return sq.Col(alias, name) + cast
-}
-
 // tieSQL is a row's position among the rows its transaction inserted: the
 // command id of the inserting statement, kept in the retry state once the
 // relay has updated the row (its new version carries the relay's).
@@ -86,32 +64,22 @@ const xidBarrier = `COALESCE((SELECT min(x) FROM pg_snapshot_xip(pg_current_snap
       WHERE a.backend_xid IS NOT NULL AND a.application_name LIKE 'outbox-relay %')),
     pg_snapshot_xmax(pg_current_snapshot()))`
 
-// rowSelect is the select list of a claimed row, in the order decodeRow
-// reads (see the col constants), the layout's extras last. attempts is the
-// row's failed attempts; ctid, tie and retrying are the claim's own columns.
+// rowSelect is the select list of a claimed row, in sqlcore's column
+// order, then this store's own columns (see the col constants) and the
+// layout's extras. attempts is the row's failed attempts; ctid, tie and
+// retrying are the claim's own columns.
 func rowSelect(l *layout.Layout, alias, attempts, ctid, tie, retrying string) []string {
-	out := []string{
-		sq.Col(alias, l.ID.Name) + "::text",
-		payloadSQL(l, alias),
-		sq.Template(l.Topic, alias),
-		orDefault(nullIfEmpty(templateIfSetAt(l.Key, alias))),
-		orDefault(templateIfSetAt(l.PartitionKey, alias)),
-		sq.OrderKey(l, alias),
-		orDefault(nullIfEmpty(optColIfSet(alias, l.Headers, "::text"))),
-		optCol(alias, l.EventType, "::text"),
-		optCol(alias, l.AggregateType, "::text"),
-		optCol(alias, l.AggregateID, "::text"),
-		optCol(alias, l.CreatedAt, "::timestamptz"),
-		optCol(alias, l.MaxRetries, "::int"),
-		attempts,
-		ctid,
-		tie,
-		retrying,
+	c := sq.Row(l, alias)
+	c.ID = sq.Col(alias, l.ID.Name) + "::text"
+	c.Payload = payloadSQL(l, alias)
+	c.Headers = "NULL"
+	if l.Headers != "" {
+		c.Headers = sqlcore.NullIfEmpty(sq.Col(alias, l.Headers) + "::text")
 	}
-	for _, t := range l.Extra {
-		out = append(out, sq.Template(t, alias))
-	}
-	return out
+	c.CreatedAt = optCol(alias, l.CreatedAt, "::timestamptz")
+	c.MaxRetries = optCol(alias, l.MaxRetries, "::int")
+	c.Attempts = attempts
+	return sq.List(c, l, alias, ctid, tie, retrying)
 }
 
 // RowSelect is the select list of a row of table alias for DecodeRow, for a
@@ -200,15 +168,6 @@ LEFT JOIN ` + rs + `.retry_state r ON r.source = $1 AND r.event_id = u.id`
 	backlog := "SELECT count(*), " + created + " FROM " + table + " o WHERE " + sq.Pending(l, "o")
 	s.stats = StatsStatement(relaySchema, backlog)
 	return s
-}
-
-func templateIfSet(t layout.Template) string { return templateIfSetAt(t, "o") }
-
-func templateIfSetAt(t layout.Template, alias string) string {
-	if len(t) == 0 {
-		return ""
-	}
-	return sq.Template(t, alias)
 }
 
 // StatsStatement is the statement RecordStats runs: backlog is a query of
