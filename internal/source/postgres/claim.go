@@ -8,23 +8,33 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
-// claimStatements builds the claim ($1 source, $2 limit, $3 window) and the
-// claim under a lease ($4 shard, $5 owner, $6 term besides).
+// claimSQL is a source's claim: $1 source, $2 limit, then $3 window when
+// windowed, then the lease ($3 or $4 shard, owner, term) in fenced.
+type claimSQL struct {
+	plain, fenced string
+	windowed      bool
+}
+
+// claimStatements builds the claim of a layout.
 //
-// A claim's cost is bounded by its window whatever the planner believes of
-// the table: the candidates are the first $3 pending rows in the claim's
-// order, read once (an ordered index scan that stops there, see
-// claimSettings), less the rows that back off and the keys held by a row
-// that backs off; every other rule is applied to that set alone, and the
-// claim then locks, by address, the first $2 of what is left. Rules read
-// once per row of the table (a NOT EXISTS over the pending rows) made a
-// claim quadratic whenever the statistics said the backlog was small: just
-// after an outage, or on a table never analyzed.
+// A claim's cost is bounded by its batch whatever the planner believes of
+// the table: the pending rows are read in the claim's order by an index
+// scan that stops once the batch is full (see claimSettings), and every
+// rule about a row (it backs off, its key is held by a row that backs off)
+// is an index probe for that row alone. A rule read once per row of the
+// table (a NOT EXISTS over the pending rows) made a claim quadratic
+// whenever the statistics said the backlog was small: just after an
+// outage, or on a table never analyzed.
 //
-// The window must reach past the rows the holder's own batches in flight
-// have locked: the store sizes it from the batches it holds (see
-// Store.window).
-func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration) (claim, fenced string) {
+// One rule needs the rows before a row: a row another relay claimed holds
+// its key (layouts that record claims, with ordering). Such a claim reads a
+// window, the first $3 rows that could be claimed, once (a materialized
+// CTE), finds the held keys within it with a window function, and then
+// locks, by address, the first $2 of what is left: every row before a
+// claimable row is in the window, so the window alone decides. The window
+// must reach past the rows the holder's own batches in flight have locked;
+// the store sizes it (see Store.window).
+func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration) claimSQL {
 	rs := QuoteIdent(relaySchema)
 	id := sq.Col("o", l.ID.Name)
 	order := []string{sq.Col("o", l.OrderBy)}
@@ -34,6 +44,7 @@ func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		order = append(order, tieSQL, id)
 	}
 	orderBy := strings.Join(order, ", ")
+	retryJoin := fmt.Sprintf("LEFT JOIN %s.retry_state r ON r.source = $1 AND r.event_id = %s::text", rs, id)
 
 	candidate := []string{
 		sq.Pending(l, "o"),
@@ -45,76 +56,102 @@ func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		candidate = append(candidate, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = $1 AND b.order_key = "+
 			sq.OrderKey(l, "o")+" AND b.order_key <> '' AND b.next_attempt_at > now())")
 	}
-	cols := []string{"o.ctid AS tid"}
-	pick := "SELECT tid FROM c"
+	var foreign string
 	if l.BatchID.Name != "" {
 		// A row another relay marked claimed within the claim timeout is
 		// not taken: that relay may still deliver it (once its claim is
 		// older, the relay died mid-batch and the row is taken here).
 		claimed := sq.Col("o", l.ClaimedAt.Name)
-		cols = append(cols, fmt.Sprintf("(%s IS NOT NULL AND %s IS NOT NULL AND %s >= now() - make_interval(secs => %d)) AS foreign_claim",
-			sq.Col("o", l.BatchID.Name), claimed, claimed, int64(claimTimeout/time.Second)))
-		pick = "SELECT tid FROM c WHERE NOT foreign_claim"
-		if ordering {
-			// Such a row also holds its key: the rows after it wait until
-			// it is delivered or its claim expires. Every row before a
-			// candidate is a candidate too (the window is a prefix of
-			// the claim's order), so the window alone tells.
-			cols = append(cols, sq.OrderKey(l, "o")+" AS k")
-			var at []string
-			for i, e := range order {
-				cols = append(cols, fmt.Sprintf("%s AS o%d", e, i))
-				at = append(at, fmt.Sprintf("o%d", i))
-			}
-			pick = `SELECT tid FROM (SELECT tid, foreign_claim, k <> '' AND bool_or(foreign_claim) OVER (PARTITION BY k ORDER BY ` +
-				strings.Join(at, ", ") + ` ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS held
-    FROM c) w
-  WHERE NOT foreign_claim AND NOT COALESCE(held, false)`
-		}
+		foreign = fmt.Sprintf("(%s IS NOT NULL AND %s IS NOT NULL AND %s >= now() - make_interval(secs => %d))",
+			sq.Col("o", l.BatchID.Name), claimed, claimed, int64(claimTimeout/time.Second))
 	}
-
-	where := []string{"o.ctid = ANY(ARRAY(" + pick + "))", sq.Pending(l, "o")}
+	var xid string
 	if l.XID != "" {
 		// Only rows whose inserting transaction is older than every running
 		// one: a row that commits late can then never overtake its key.
 		// The relays' own transactions (claims lock rows, which gives
 		// them a transaction id) insert no rows and do not count.
-		where = append(where, sq.Col("o", l.XID)+" < "+xidBarrier)
+		xid = sq.Col("o", l.XID) + " < " + xidBarrier
 	}
-	selectList := rowSelect(l, "o", attemptsSQL(l), "o.ctid", tieSQL, "r.event_id IS NOT NULL")
-	build := func(where []string) string {
-		return fmt.Sprintf(`WITH c AS MATERIALIZED (
-  SELECT %s
-  FROM %s o
-  LEFT JOIN %s.retry_state r ON r.source = $1 AND r.event_id = %s::text
-  WHERE %s
-  ORDER BY %s
-  LIMIT $3
-)
+	selectList := strings.Join(rowSelect(l, "o", attemptsSQL(l), "o.ctid", tieSQL, "r.event_id IS NOT NULL"), ",\n  ")
+	lease := func(n int) string {
+		// Under a lease the claim locks nothing unless the lease is still
+		// this holder's, as of the statement's snapshot: a deposed
+		// holder's claim must not hold rows even for a moment, or the new
+		// holder's claim would skip them and take later rows of their
+		// keys first. A takeover that commits after the snapshot finds the
+		// statement holding its lock on the table and ends it
+		// (Leases.EndOwner) before claiming.
+		return fmt.Sprintf("EXISTS (SELECT 1 FROM %s.leases l WHERE l.shard = $%d AND l.owner = $%d AND l.term = $%d)", rs, n, n+1, n+2)
+	}
+	final := func(with, from string, where []string) string {
+		return fmt.Sprintf(`%s
 SELECT %s
-FROM %s o
-LEFT JOIN %s.retry_state r ON r.source = $1 AND r.event_id = %s::text
+FROM %s
+%s
 WHERE %s
 ORDER BY %s
 LIMIT $2
-FOR UPDATE OF o SKIP LOCKED`, strings.Join(cols, ", "), table, rs, id, strings.Join(candidate, "\n    AND "), orderBy,
-			strings.Join(selectList, ",\n  "), table, rs, id, strings.Join(where, "\n  AND "), orderBy)
+FOR UPDATE OF o SKIP LOCKED`, with, selectList, from, retryJoin, strings.Join(where, "\n  AND "), orderBy)
 	}
-	// Under a lease the claim locks nothing unless the lease is still this
-	// holder's, as of the statement's snapshot: a deposed holder's claim
-	// must not hold rows even for a moment, or the new holder's claim
-	// would skip them and take later rows of their keys first. A takeover
-	// that commits after the snapshot finds the statement holding its lock
-	// on the table and ends it (Leases.EndOwner) before claiming.
-	lease := "EXISTS (SELECT 1 FROM " + rs + ".leases l WHERE l.shard = $4 AND l.owner = $5 AND l.term = $6)"
-	return build(where), build(append(where[:len(where):len(where)], lease))
+
+	if foreign == "" || !ordering {
+		where := append([]string(nil), candidate...)
+		if foreign != "" {
+			where = append(where, "NOT "+foreign)
+		}
+		if xid != "" {
+			where = append(where, xid)
+		}
+		from := table + " o"
+		plain := strings.TrimPrefix(final("", from, where), "\n")
+		fenced := strings.TrimPrefix(final("", from, append(where[:len(where):len(where)], lease(3))), "\n")
+		return claimSQL{plain: plain, fenced: fenced}
+	}
+
+	// The window: the candidates with their order key, their place in the
+	// order and whether another relay holds them claimed.
+	cols := []string{"o.ctid AS tid", foreign + " AS foreign_claim", sq.OrderKey(l, "o") + " AS k"}
+	var at []string
+	for i, e := range order {
+		cols = append(cols, fmt.Sprintf("%s AS o%d", e, i))
+		at = append(at, fmt.Sprintf("o%d", i))
+	}
+	window := fmt.Sprintf(`WITH c AS MATERIALIZED (
+  SELECT %s
+  FROM %s o
+  %s
+  WHERE %s
+  ORDER BY %s
+  LIMIT $3
+)`, strings.Join(cols, ", "), table, retryJoin, strings.Join(candidate, "\n    AND "), orderBy)
+	// A row another relay claimed holds its key: the rows after it wait
+	// until it is delivered or its claim expires. The rows left are
+	// fetched by their address (a TID scan a row).
+	from := `(SELECT tid, foreign_claim, k <> '' AND bool_or(foreign_claim) OVER (PARTITION BY k ORDER BY ` +
+		strings.Join(at, ", ") + ` ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS held
+  FROM c) w
+JOIN ` + table + ` o ON o.ctid = w.tid`
+	where := []string{"NOT w.foreign_claim", "NOT COALESCE(w.held, false)", sq.Pending(l, "o")}
+	if xid != "" {
+		where = append(where, xid)
+	}
+	return claimSQL{
+		plain:    final(window, from, where),
+		fenced:   final(window, from, append(where[:len(where):len(where)], lease(4))),
+		windowed: true,
+	}
 }
 
 // claimSettings make the claim's plan the same whatever the table's
 // statistics: the candidates come from an index that yields the claim's
-// order (an index scan that stops at the window) rather than from a
-// sequential or bitmap scan of every pending row followed by a sort, which
-// the planner prefers when it believes the backlog is small. The settings
-// hold for the claim's transaction, whose other statements find rows by
-// their address or key.
-const claimSettings = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; SET LOCAL jit = off"
+// order (an index scan that stops once the claim is full) rather than from
+// a sequential or bitmap scan of every pending row followed by a sort,
+// which the planner prefers when it believes the backlog is small; and
+// joins are nested loops that look each row up by its key or address,
+// never a hash of a whole table. The settings hold for the claim's
+// transaction, whose other statements find rows by their address or key. They inflate the cost of the plans they
+// rule out past the threshold of JIT compilation, which would then cost
+// each claim tens of milliseconds: JIT is off too.
+const claimSettings = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; " +
+	"SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; SET LOCAL jit = off"

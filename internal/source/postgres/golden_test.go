@@ -67,8 +67,8 @@ func goldenSQL(t *testing.T, l *layout.Layout, tbl Table) string {
 	for _, ordering := range []bool{true, false} {
 		s := buildStatements(l, tbl.String(), relaySchema, ordering, 60*time.Second)
 		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
-		add("claim, "+o, s.claim)
-		add("claim under a lease, "+o, s.claimFenced)
+		add("claim, "+o, s.claim.plain)
+		add("claim under a lease, "+o, s.claim.fenced)
 		if !ordering {
 			break
 		}

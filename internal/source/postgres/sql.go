@@ -10,8 +10,7 @@ import (
 
 // statements is the SQL of one source, built once from its layout.
 type statements struct {
-	claim         string
-	claimFenced   string // claim, under a lease ($3 shard, $4 owner, $5 term)
+	claim         claimSQL
 	ack           string // $1 ctids, and $2 the batch id when the layout records claims
 	ackBatchID    bool
 	markByID      string // $1 ids, and $2 the batch id when the layout records claims: published if still pending
@@ -95,7 +94,7 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 	idArr := "$1::text[]::" + l.ID.Type + "[]"
 	var s statements
 
-	s.claim, s.claimFenced = claimStatements(l, table, relaySchema, ordering, claimTimeout)
+	s.claim = claimStatements(l, table, relaySchema, ordering, claimTimeout)
 
 	// Published rows are found by their ctid: a TID scan, whatever the
 	// planner thinks of the table's size (a generic plan made while the

@@ -115,13 +115,14 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		return nil, fmt.Errorf("claim: begin: %w", err)
 	}
 	lease := s.Fence.Get()
-	window := s.window(limit)
-	var rows pgx.Rows
-	if lease != nil {
-		rows, err = tx.Query(ctx, s.sql.claimFenced, s.opts.Source, limit, window, lease.Shard, lease.Owner, lease.Term)
-	} else {
-		rows, err = tx.Query(ctx, s.sql.claim, s.opts.Source, limit, window)
+	stmt, args := s.sql.claim.plain, []any{s.opts.Source, limit}
+	if s.sql.claim.windowed {
+		args = append(args, s.window(limit))
 	}
+	if lease != nil {
+		stmt, args = s.sql.claim.fenced, append(args, lease.Shard, lease.Owner, lease.Term)
+	}
+	rows, err := tx.Query(ctx, stmt, args...)
 	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
@@ -167,8 +168,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	return b, nil
 }
 
-// window is how many pending rows a claim of limit considers: the rows its
-// own batches in flight hold (each at most limit), then twice the limit.
+// window is how many rows a windowed claim of limit considers (see
+// claimStatements): the rows its own batches in flight hold (each at most
+// limit), then twice the limit.
 func (s *Store) window(limit int) int {
 	return limit * int(2+s.held.Load())
 }
