@@ -27,16 +27,28 @@ var backlogTables = []struct {
 }{
 	{"kafka-outbox", postgres.Table{Schema: "public", Name: "kafka_outbox"}, "",
 		`INSERT INTO public.kafka_outbox (topic, key, payload_json) SELECT 't', 'k' || (g % 1000), '{}' FROM generate_series(1, $1) g`},
+	{"delete", postgres.Table{Schema: "public", Name: "outbox"},
+		`CREATE TABLE public.outbox (id bigserial PRIMARY KEY, topic text, key text, payload jsonb NOT NULL)`,
+		`INSERT INTO public.outbox (topic, key, payload) SELECT 't', 'k' || (g % 1000), '{}' FROM generate_series(1, $1) g`},
+	{"published-flag", postgres.Table{Schema: "journey_matcher", Name: "outbox"}, fixtures.Seed000,
+		`INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id, created_at)
+SELECT md5((g % 1000)::text)::uuid, 'A', 'e', '{}', gen_random_uuid(), now() - interval '1 hour' + g * interval '1 ms'
+FROM generate_series(1, $1) g`},
+	{"prisma", postgres.Table{Schema: "tenant", Name: "OutboxEvent"}, fixtures.Seed002,
+		`INSERT INTO tenant."OutboxEvent" ("id", "tenantId", "eventType", "aggregateType", "aggregateId", "payload", "createdAt")
+SELECT gen_random_uuid()::text, 't', 'e', 'A', 'a' || (g % 1000), '{}', now() - interval '1 hour' + g * interval '1 ms'
+FROM generate_series(1, $1) g`},
 	{"status", postgres.Table{Schema: "public", Name: "outbox"}, fixtures.Seed001,
 		`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, topic, payload, created_at)
 SELECT 'A', md5((g % 1000)::text)::uuid, 'e', 't', '{}', now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, $1) g`},
 }
 
 // TestClaimReadsABoundedWindow checks that a claim on a backlog the planner
-// knows nothing of reads a number of the table's rows bounded by its
-// window, not by the backlog: rules applied once per row of the table (a
-// row another relay claimed holds its key; a key held by a row backing off)
-// made each claim read the whole backlog once per candidate.
+// knows nothing of reads a number of the table's rows bounded by its batch
+// (its window, for a claim that reads one), not by the backlog: a sort of
+// every pending row, or a rule applied once per row of the table (a row
+// another relay claimed holds its key), made each claim read the whole
+// backlog, or read it once per candidate.
 func TestClaimReadsABoundedWindow(t *testing.T) {
 	t.Parallel()
 	for _, bt := range backlogTables {
