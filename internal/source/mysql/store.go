@@ -244,15 +244,8 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	return b, nil
 }
 
-// window is how many rows a claim of limit considers: the rows its own
-// batches in flight hold (each at most limit), then twice the limit.
-func (s *Store) window(limit int) int {
-	return limit * int(2+s.held.Load())
-}
-
-// claim runs the claim query in the batch's transaction and decodes its rows.
-func (b *batch) claim(ctx context.Context, limit int) error {
-	s := b.store
+// claimArgs are the claim's arguments, in the order of its placeholders.
+func (s *Store) claimArgs(limit int) []any {
 	// The retry state's subqueries: attempts, then due.
 	args := []any{s.opts.Source, s.opts.Source}
 	if s.sql.windowed {
@@ -262,7 +255,19 @@ func (b *batch) claim(ctx context.Context, limit int) error {
 	if s.opts.Ordering {
 		args = append(args, s.opts.Source)
 	}
-	args = append(args, limit)
+	return append(args, limit)
+}
+
+// window is how many rows a claim of limit considers: the rows its own
+// batches in flight hold (each at most limit), then twice the limit.
+func (s *Store) window(limit int) int {
+	return limit * int(2+s.held.Load())
+}
+
+// claim runs the claim query in the batch's transaction and decodes its rows.
+func (b *batch) claim(ctx context.Context, limit int) error {
+	s := b.store
+	args := s.claimArgs(limit)
 	rows, err := b.tx.QueryContext(ctx, s.sql.claim, args...)
 	if err != nil {
 		return err
