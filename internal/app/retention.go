@@ -37,7 +37,7 @@ func (a *App) startRetention(ctx context.Context, s *Source) <-chan struct{} {
 			switch {
 			case ctx.Err() != nil:
 				return
-			case errors.Is(err, postgres.ErrNoPrivilege), errors.Is(err, mysql.ErrNoPrivilege):
+			case errors.Is(err, source.ErrNoPrivilege):
 				log.Warn("retention: the relay's role may not delete from the table; grant it DELETE or run the retention command with another role", "err", err)
 			case err != nil:
 				log.Warn("retention failed", "err", err)

@@ -344,7 +344,7 @@ func runInProcess(t *testing.T, args ...string) (stop func() string) {
 }
 
 // TestRelayRoleWithoutSchemaOwnership: the schema is migrated by an
-// administrator and the relay runs (run --no-migrate, dlq replay) as a role
+// administrator and the relay runs (run --no-migrate, dlq replay and purge) as a role
 // granted only what check says it needs on the relay's tables. check
 // reports the sequence and table privileges it lacks, and they are really
 // needed.
@@ -383,8 +383,9 @@ sources:
 		"GRANT USAGE ON SCHEMA journey_matcher TO "+ident,
 		"GRANT SELECT, UPDATE ON journey_matcher.outbox TO "+ident,
 		"GRANT USAGE ON SCHEMA outbox_relay TO "+ident,
-		"GRANT SELECT, INSERT, UPDATE ON outbox_relay.relay_state, outbox_relay.failed_events TO "+ident,
-		"GRANT INSERT ON outbox_relay.failed_event_audit TO "+ident,
+		"GRANT SELECT, INSERT, UPDATE ON outbox_relay.relay_state TO "+ident,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relay.failed_events TO "+ident,
+		"GRANT SELECT, INSERT, DELETE ON outbox_relay.failed_event_audit TO "+ident,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relay.retry_state, outbox_relay.leases TO "+ident,
 		"GRANT USAGE ON SEQUENCE outbox_relay.failed_event_audit_id_seq TO "+ident)
 	cfg := writeCfg(pgtest.WithUser(t, dsn, role))
@@ -468,5 +469,21 @@ SELECT gen_random_uuid(), 'journey', 'journey.created', jsonb_build_object('i', 
 	out, err = runCLI(t, "--config", cfg, "check", "--skip-sinks")
 	if err == nil || !strings.Contains(out, `relay schema: MISSING DELETE on "outbox_relay"."retry_state"`) {
 		t.Errorf("check without DELETE on retry_state: %v\n%s", err, out)
+	}
+
+	// DELETE on the dead-letter table, which dlq purge (and retention) use:
+	// check asks for it, and a purge without it does fail.
+	pgtest.Exec(t, pool, "GRANT DELETE ON outbox_relay.retry_state TO "+ident,
+		"REVOKE DELETE ON outbox_relay.failed_events FROM "+ident)
+	out, err = runCLI(t, "--config", cfg, "check", "--skip-sinks")
+	if err == nil || !strings.Contains(out, `relay schema: MISSING DELETE on "outbox_relay"."failed_events"`) {
+		t.Errorf("check without DELETE on failed_events: %v\n%s", err, out)
+	}
+	if out, err := runCLI(t, "--config", cfg, "dlq", "purge", "--id", dl); err == nil || !strings.Contains(err.Error(), "permission denied") {
+		t.Errorf("dlq purge without DELETE on failed_events: %v, want permission denied\n%s", err, out)
+	}
+	pgtest.Exec(t, pool, "GRANT DELETE ON outbox_relay.failed_events TO "+ident)
+	if out, err := runCLI(t, "--config", cfg, "dlq", "purge", "--id", dl); err != nil || !strings.Contains(out, "purged 1 dead letter(s)") {
+		t.Errorf("dlq purge as the role with the grants check asks for: %v\n%s", err, out)
 	}
 }

@@ -4,16 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
-	"slices"
-)
 
-// Privileges is what the relay's user may do on a table, against what the
-// layout needs.
-type Privileges struct {
-	Table   Table
-	Missing []string // needed, not granted
-	Extra   []string // granted, not needed
-}
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
 
 // grantee is the current user as information_schema's GRANTEE spells it.
 const grantee = `CONCAT('''', SUBSTRING_INDEX(CURRENT_USER(), '@', 1), '''@''', SUBSTRING_INDEX(CURRENT_USER(), '@', -1), '''')`
@@ -77,73 +70,28 @@ func (t Table) schemaOrCurrent(ctx context.Context, db *sql.DB) (string, error) 
 	return s.String, nil
 }
 
-// CheckPrivileges compares the current user's grants on t with need.
-// UPDATE granted on each of updateCols (see layout.Layout.UpdatedColumns) counts as
-// UPDATE: column grants are enough for the relay. INSERT and UPDATE granted
-// on any column count as granted when they are not needed.
-func CheckPrivileges(ctx context.Context, db *sql.DB, t Table, need []string, updateCols ...string) (Privileges, error) {
-	p := Privileges{Table: t}
+// tableKinds are the table privileges MySQL knows that check reports.
+var tableKinds = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "DROP", "ALTER"}
+
+// CheckPrivileges compares the current user's grants on t with need (see
+// source.ComparePrivileges for the rule).
+func CheckPrivileges(ctx context.Context, db *sql.DB, t Table, need []string, updateCols ...string) (source.Privileges, error) {
 	if err := t.Validate(); err != nil {
-		return p, err
+		return source.Privileges{}, err
 	}
 	schema, err := t.schemaOrCurrent(ctx, db)
 	if err != nil {
-		return p, fmt.Errorf("check privileges on %s: %w", t, err)
+		return source.Privileges{}, fmt.Errorf("check privileges on %s: %w", t, err)
 	}
 	held, err := tablePrivileges(ctx, db, schema, t.Name)
 	if err != nil {
-		return p, fmt.Errorf("check privileges on %s: %w", t, err)
+		return source.Privileges{}, fmt.Errorf("check privileges on %s: %w", t, err)
 	}
 	cols, err := columnPrivileges(ctx, db, schema, t.Name)
 	if err != nil {
-		return p, fmt.Errorf("check privileges on %s: %w", t, err)
+		return source.Privileges{}, fmt.Errorf("check privileges on %s: %w", t, err)
 	}
-	anyColumn := func(priv string) bool {
-		for _, c := range cols {
-			if c[priv] {
-				return true
-			}
-		}
-		return false
-	}
-	for _, priv := range []string{"SELECT", "INSERT", "UPDATE", "DELETE", "DROP", "ALTER"} {
-		needed := slices.Contains(need, priv)
-		has := held[priv]
-		if !has && !needed && (priv == "INSERT" || priv == "UPDATE") {
-			has = anyColumn(priv)
-		}
-		if needed && !has && priv == "UPDATE" && len(updateCols) > 0 {
-			has = true
-			for _, c := range updateCols {
-				if !cols[c]["UPDATE"] {
-					has = false
-					break
-				}
-			}
-		}
-		switch {
-		case needed && !has:
-			p.Missing = append(p.Missing, priv)
-		case !needed && has:
-			p.Extra = append(p.Extra, priv)
-		}
-	}
-	return p, nil
-}
-
-// relayTableNeeds is what the relay does on each of its own tables: the
-// engine, the stats it records and dead-letter replay.
-var relayTableNeeds = []struct {
-	table string
-	privs []string
-}{
-	{"relay_state", []string{"SELECT", "INSERT", "UPDATE"}},
-	{"failed_events", []string{"SELECT", "INSERT", "UPDATE"}},
-	{"failed_event_audit", []string{"INSERT"}},
-	{"retry_state", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
-	{"leases", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
-	// run reads it at start to find the migrations still to apply.
-	{"goose_db_version", []string{"SELECT"}},
+	return source.ComparePrivileges(tableKinds, need, updateCols, source.Granted{Table: held, Columns: cols}), nil
 }
 
 // CanMigrate reports whether the user can apply the relay's migrations in
@@ -171,26 +119,21 @@ func CheckRelayDatabase(ctx context.Context, db *sql.DB, relayDB string) ([]stri
 		return nil, err
 	}
 	var missing []string
-	for _, tn := range relayTableNeeds {
-		name := QuoteIdent(relayDB) + "." + QuoteIdent(tn.table)
+	for _, rt := range source.RelayTables() {
+		g := source.RelayGrants{Name: QuoteIdent(relayDB) + "." + QuoteIdent(rt.Name)}
 		var n int
 		if err := db.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ? AND TABLE_NAME = ?",
-			relayDB, tn.table).Scan(&n); err != nil {
-			return nil, fmt.Errorf("check %s: %w", name, err)
+			relayDB, rt.Name).Scan(&n); err != nil {
+			return nil, fmt.Errorf("check %s: %w", g.Name, err)
 		}
-		if n == 0 {
-			missing = append(missing, "table "+name+" (run migrate up, or grant access to it)")
-			continue
-		}
-		held, err := tablePrivileges(ctx, db, relayDB, tn.table)
-		if err != nil {
-			return nil, fmt.Errorf("check %s: %w", name, err)
-		}
-		for _, priv := range tn.privs {
-			if !held[priv] {
-				missing = append(missing, priv+" on "+name)
+		if g.Exists = n > 0; g.Exists {
+			held, err := tablePrivileges(ctx, db, relayDB, rt.Name)
+			if err != nil {
+				return nil, fmt.Errorf("check %s: %w", g.Name, err)
 			}
+			g.Held = held
 		}
+		missing = append(missing, source.MissingOnRelayTable(rt, g, "run migrate up, or grant access to it")...)
 	}
 	return missing, nil
 }

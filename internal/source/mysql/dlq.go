@@ -12,9 +12,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
-// ErrNoPrivilege marks a failure caused by a missing grant.
-var ErrNoPrivilege = errors.New("missing privilege")
-
 // FailedEvent is one row of the dead-letter table.
 type FailedEvent = source.FailedEvent
 
@@ -173,7 +170,7 @@ func (s *Store) replayOne(ctx context.Context, e FailedEvent, update, actor stri
 			" FROM "+rs+".failed_events f WHERE f.id = ? AND f.row_data IS NOT NULL", e.ID)
 		if err != nil {
 			if isPrivilegeError(err) {
-				return fmt.Errorf("restore deleted row (needs INSERT on %s): %w: %w", table, ErrNoPrivilege, err)
+				return fmt.Errorf("restore deleted row (needs INSERT on %s): %w: %w", table, source.ErrNoPrivilege, err)
 			}
 			return fmt.Errorf("restore deleted row: %w", err)
 		}

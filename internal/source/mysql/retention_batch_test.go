@@ -415,13 +415,13 @@ func TestRetentionNeedsPrivileges(t *testing.T) {
 	}
 	defer db.Close()
 	_, err = mysql.Purge(ctx, db, mysql.PurgeParams{Source: "jm", Table: journeyTable, RelayDatabase: e.relayDB, Layout: l, OlderThan: week})
-	if !errors.Is(err, mysql.ErrNoPrivilege) {
+	if !errors.Is(err, source.ErrNoPrivilege) {
 		t.Errorf("purge without DELETE: %v, want ErrNoPrivilege", err)
 	}
 	if n := queryInt(t, e.db, "SELECT COUNT(*) FROM outbox"); n != 3 {
 		t.Errorf("%d rows left, want 3", n)
 	}
-	if _, err := mysql.Optimize(ctx, db, journeyTable); !errors.Is(err, mysql.ErrNoPrivilege) {
+	if _, err := mysql.Optimize(ctx, db, journeyTable); !errors.Is(err, source.ErrNoPrivilege) {
 		t.Errorf("optimize without INSERT: %v, want ErrNoPrivilege", err)
 	}
 }

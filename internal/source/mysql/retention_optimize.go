@@ -9,6 +9,8 @@ import (
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 // TableStats describe a table's size as information_schema.TABLES reports
@@ -62,7 +64,7 @@ func Optimize(ctx context.Context, db *sql.DB, t Table) (OptimizeResult, error) 
 	start := time.Now()
 	if err := optimizeTable(ctx, conn, t); err != nil {
 		if isPrivilegeError(err) {
-			return res, fmt.Errorf("optimize %s: %w: %w", t, ErrNoPrivilege, err)
+			return res, fmt.Errorf("optimize %s: %w: %w", t, source.ErrNoPrivilege, err)
 		}
 		return res, fmt.Errorf("optimize %s: %w", t, err)
 	}

@@ -9,26 +9,20 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
-// Privileges is what the relay's role may do on a table, against what the
-// layout needs.
-type Privileges struct {
-	Table   Table
-	Missing []string // needed, not granted
-	Extra   []string // granted, not needed
-}
+// tableKinds are the table privileges PostgreSQL knows that check reports.
+var tableKinds = []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"}
 
-// CheckPrivileges compares the current role's grants on t with need.
+// CheckPrivileges compares the current role's grants on t with need (see
+// source.ComparePrivileges for the rule).
 //
 // The table is looked up by OID, so that a role without USAGE on the
 // table's schema is reported as missing "USAGE on schema ..." rather than
-// making the check itself fail. UPDATE granted on each of updateCols (see
-// layout.Layout.UpdatedColumns) counts as UPDATE: column-level grants are enough for the
-// relay. INSERT and UPDATE granted on any column count as granted when they
-// are not needed.
-func CheckPrivileges(ctx context.Context, pool *pgxpool.Pool, t Table, need []string, updateCols ...string) (Privileges, error) {
-	p := Privileges{Table: t}
+// making the check itself fail.
+func CheckPrivileges(ctx context.Context, pool *pgxpool.Pool, t Table, need []string, updateCols ...string) (source.Privileges, error) {
 	var (
 		oid   uint32
 		usage bool
@@ -37,60 +31,48 @@ func CheckPrivileges(ctx context.Context, pool *pgxpool.Pool, t Table, need []st
 FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 WHERE n.nspname = $1 AND c.relname = $2`, t.Schema, t.Name).Scan(&oid, &usage)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return p, fmt.Errorf("check privileges on %s: table not found", t)
+		return source.Privileges{}, fmt.Errorf("check privileges on %s: table not found", t)
 	}
 	if err != nil {
-		return p, fmt.Errorf("check privileges on %s: %w", t, err)
+		return source.Privileges{}, fmt.Errorf("check privileges on %s: %w", t, err)
 	}
+	g, err := granted(ctx, pool, oid, updateCols)
+	if err != nil {
+		return source.Privileges{}, fmt.Errorf("check privileges on %s: %w", t, err)
+	}
+	p := source.ComparePrivileges(tableKinds, need, updateCols, g)
 	if !usage {
-		p.Missing = append(p.Missing, "USAGE on schema "+QuoteIdent(t.Schema))
-	}
-	for _, priv := range []string{"SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"} {
-		needed := slices.Contains(need, priv)
-		fn := "has_table_privilege"
-		if !needed && (priv == "INSERT" || priv == "UPDATE") {
-			fn = "has_any_column_privilege"
-		}
-		var has bool
-		if err := pool.QueryRow(ctx, "SELECT "+fn+"(current_user, $1::oid, $2)", oid, priv).Scan(&has); err != nil {
-			return p, fmt.Errorf("check %s on %s: %w", priv, t, err)
-		}
-		if needed && !has && priv == "UPDATE" && len(updateCols) > 0 {
-			has = true
-			for _, c := range updateCols {
-				var ok bool
-				if err := pool.QueryRow(ctx, "SELECT has_column_privilege(current_user, $1::oid, $2, 'UPDATE')", oid, c).Scan(&ok); err != nil {
-					return p, fmt.Errorf("check UPDATE on %s.%s: %w", t, QuoteIdent(c), err)
-				}
-				if !ok {
-					has = false
-					break
-				}
-			}
-		}
-		switch {
-		case needed && !has:
-			p.Missing = append(p.Missing, priv)
-		case !needed && has:
-			p.Extra = append(p.Extra, priv)
-		}
+		p.Missing = append([]string{"USAGE on schema " + QuoteIdent(t.Schema)}, p.Missing...)
 	}
 	return p, nil
 }
 
-// relayTableNeeds is what the relay does on each of its own tables: the
-// engine, the stats it records and dead-letter replay.
-var relayTableNeeds = []struct {
-	table string
-	privs []string
-}{
-	{"relay_state", []string{"SELECT", "INSERT", "UPDATE"}},
-	{"failed_events", []string{"SELECT", "INSERT", "UPDATE"}},
-	{"failed_event_audit", []string{"INSERT"}},
-	{"retry_state", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
-	{"leases", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
-	// run reads it at start to find the migrations still to apply.
-	{"goose_db_version", []string{"SELECT"}},
+// granted reads what the current role holds on the table oid: each table
+// privilege, INSERT and UPDATE on any column, and UPDATE on each of cols.
+func granted(ctx context.Context, pool *pgxpool.Pool, oid uint32, cols []string) (source.Granted, error) {
+	g := source.Granted{Table: map[string]bool{}, AnyColumn: map[string]bool{}, Columns: map[string]map[string]bool{}}
+	for _, priv := range tableKinds {
+		var has bool
+		if err := pool.QueryRow(ctx, "SELECT has_table_privilege(current_user, $1::oid, $2)", oid, priv).Scan(&has); err != nil {
+			return g, fmt.Errorf("%s: %w", priv, err)
+		}
+		g.Table[priv] = has
+	}
+	for _, priv := range []string{"INSERT", "UPDATE"} {
+		var has bool
+		if err := pool.QueryRow(ctx, "SELECT has_any_column_privilege(current_user, $1::oid, $2)", oid, priv).Scan(&has); err != nil {
+			return g, fmt.Errorf("%s on any column: %w", priv, err)
+		}
+		g.AnyColumn[priv] = has
+	}
+	for _, c := range cols {
+		var has bool
+		if err := pool.QueryRow(ctx, "SELECT has_column_privilege(current_user, $1::oid, $2, 'UPDATE')", oid, c).Scan(&has); err != nil {
+			return g, fmt.Errorf("UPDATE on %s: %w", QuoteIdent(c), err)
+		}
+		g.Columns[c] = map[string]bool{"UPDATE": has}
+	}
+	return g, nil
 }
 
 // CanMigrate reports whether the role can apply the relay's migrations:
@@ -129,51 +111,73 @@ func CheckRelaySchema(ctx context.Context, pool *pgxpool.Pool, relaySchema strin
 	if !usage {
 		return []string{"USAGE on schema " + relaySchema + " (or the schema is missing: run migrate up)"}, nil
 	}
-	for _, tn := range relayTableNeeds {
-		name := pgx.Identifier{relaySchema, tn.table}.Sanitize()
-		var oid *uint32
-		if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::oid", name).Scan(&oid); err != nil {
-			return nil, fmt.Errorf("check %s: %w", name, err)
+	for _, rt := range source.RelayTables() {
+		name := pgx.Identifier{relaySchema, rt.Name}.Sanitize()
+		g, oid, err := relayGrants(ctx, pool, name)
+		if err != nil {
+			return nil, err
 		}
-		if oid == nil {
-			missing = append(missing, "table "+name+" (run migrate up)")
+		missing = append(missing, source.MissingOnRelayTable(rt, g, "run migrate up")...)
+		if !g.Exists || !slices.Contains(rt.Privileges, "INSERT") {
 			continue
 		}
-		for _, priv := range tn.privs {
-			var has bool
-			if err := pool.QueryRow(ctx, "SELECT has_table_privilege(current_user, $1::oid, $2)", *oid, priv).Scan(&has); err != nil {
-				return nil, fmt.Errorf("check %s on %s: %w", priv, name, err)
-			}
-			if !has {
-				missing = append(missing, priv+" on "+name)
-			}
+		seqs, err := missingSequences(ctx, pool, oid)
+		if err != nil {
+			return nil, fmt.Errorf("check sequences of %s: %w", name, err)
 		}
-		if !slices.Contains(tn.privs, "INSERT") {
-			continue
+		missing = append(missing, seqs...)
+	}
+	return missing, nil
+}
+
+// relayGrants reads what the current role holds on the relay table name
+// (quoted, qualified), and its oid.
+func relayGrants(ctx context.Context, pool *pgxpool.Pool, name string) (source.RelayGrants, uint32, error) {
+	g := source.RelayGrants{Name: name, Held: map[string]bool{}}
+	var oid *uint32
+	if err := pool.QueryRow(ctx, "SELECT to_regclass($1)::oid", name).Scan(&oid); err != nil {
+		return g, 0, fmt.Errorf("check %s: %w", name, err)
+	}
+	if oid == nil {
+		return g, 0, nil
+	}
+	g.Exists = true
+	for _, priv := range tableKinds {
+		var has bool
+		if err := pool.QueryRow(ctx, "SELECT has_table_privilege(current_user, $1::oid, $2)", *oid, priv).Scan(&has); err != nil {
+			return g, 0, fmt.Errorf("check %s on %s: %w", priv, name, err)
 		}
-		rows, err := pool.Query(ctx, `SELECT s.oid::regclass::text, has_sequence_privilege(current_user, s.oid, 'USAGE')
+		g.Held[priv] = has
+	}
+	return g, *oid, nil
+}
+
+// missingSequences lists the sequences of the serial columns of table oid
+// that the current role may not use, as "USAGE on sequence name".
+func missingSequences(ctx context.Context, pool *pgxpool.Pool, oid uint32) ([]string, error) {
+	rows, err := pool.Query(ctx, `SELECT s.oid::regclass::text, has_sequence_privilege(current_user, s.oid, 'USAGE')
 FROM pg_depend d JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S'
 WHERE d.classid = 'pg_class'::regclass AND d.refclassid = 'pg_class'::regclass AND d.refobjid = $1::oid AND d.deptype = 'a'
-ORDER BY 1`, *oid)
-		if err != nil {
-			return nil, fmt.Errorf("check sequences of %s: %w", name, err)
-		}
-		type seq struct {
-			name string
-			has  bool
-		}
-		seqs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (seq, error) {
-			var s seq
-			err := r.Scan(&s.name, &s.has)
-			return s, err
-		})
-		if err != nil {
-			return nil, fmt.Errorf("check sequences of %s: %w", name, err)
-		}
-		for _, sq := range seqs {
-			if !sq.has {
-				missing = append(missing, "USAGE on sequence "+sq.name)
-			}
+ORDER BY 1`, oid)
+	if err != nil {
+		return nil, err
+	}
+	type seq struct {
+		name string
+		has  bool
+	}
+	seqs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (seq, error) {
+		var s seq
+		err := r.Scan(&s.name, &s.has)
+		return s, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var missing []string
+	for _, sq := range seqs {
+		if !sq.has {
+			missing = append(missing, "USAGE on sequence "+sq.name)
 		}
 	}
 	return missing, nil

@@ -113,7 +113,7 @@ func (s *Store) Replay(ctx context.Context, events []FailedEvent, actor string) 
 				tag, err := tx.Exec(ctx, insert, e.ID)
 				if err != nil {
 					if isPrivilegeError(err) {
-						return fmt.Errorf("restore deleted row (needs INSERT on %s): %w: %w", table, ErrNoPrivilege, err)
+						return fmt.Errorf("restore deleted row (needs INSERT on %s): %w: %w", table, source.ErrNoPrivilege, err)
 					}
 					return fmt.Errorf("restore deleted row: %w", err)
 				}

@@ -11,10 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-)
 
-// ErrNoPrivilege is returned when the relay's role may not do what it tried.
-var ErrNoPrivilege = errors.New("insufficient privilege")
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
 
 // triggerName is the name of the relay's wake-up trigger on outbox tables.
 func triggerName(relaySchema string) string { return relaySchema + "_notify" }
@@ -34,7 +33,7 @@ WHERE n.nspname = $1 AND c.relname = $2 AND g.tgname = $3)`, t.Schema, t.Name, t
 // InstallTrigger creates the statement-level AFTER INSERT trigger that
 // notifies the relay's channel. It needs the table's ownership (or the
 // TRIGGER privilege); without it, it returns an error wrapping
-// ErrNoPrivilege and the relay falls back to polling.
+// source.ErrNoPrivilege and the relay falls back to polling.
 //
 // CREATE TRIGGER takes a lock that conflicts with the application's inserts;
 // queued behind a long transaction it would hold up every insert after it.
@@ -53,7 +52,7 @@ func InstallTrigger(ctx context.Context, pool *pgxpool.Pool, t Table, relaySchem
 	})
 	if err != nil {
 		if isPrivilegeError(err) {
-			return fmt.Errorf("install notify trigger on %s: %w: %w", t, ErrNoPrivilege, err)
+			return fmt.Errorf("install notify trigger on %s: %w: %w", t, source.ErrNoPrivilege, err)
 		}
 		if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == "42710" {
 			return nil // created concurrently by another replica

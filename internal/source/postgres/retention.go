@@ -166,7 +166,7 @@ func (r *purger) run(ctx context.Context, sw sweep) (totals, error) {
 				continue
 			}
 			if isPrivilegeError(err) {
-				return t, fmt.Errorf("batch %d: %w: %w", t.batches+1, ErrNoPrivilege, err)
+				return t, fmt.Errorf("batch %d: %w: %w", t.batches+1, source.ErrNoPrivilege, err)
 			}
 			return t, fmt.Errorf("batch %d: %w", t.batches+1, err)
 		}

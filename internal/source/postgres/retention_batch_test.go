@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
@@ -328,7 +329,7 @@ func TestRetentionNeedsPrivileges(t *testing.T) {
 	}
 	defer rpool.Close()
 	_, err = postgres.Purge(ctx, rpool, postgres.PurgeParams{Source: "jm", Table: journeys, RelaySchema: relaySchema, Layout: l, OlderThan: week})
-	if !errors.Is(err, postgres.ErrNoPrivilege) {
+	if !errors.Is(err, source.ErrNoPrivilege) {
 		t.Errorf("purge without DELETE: %v, want ErrNoPrivilege", err)
 	}
 	if _, err := postgres.Optimize(ctx, rpool, journeys); !errors.Is(err, postgres.ErrVacuumSkipped) {

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 // TableStats describe a table's size and tuples as the server counts them.
@@ -50,7 +52,7 @@ func Optimize(ctx context.Context, pool *pgxpool.Pool, t Table) (OptimizeResult,
 	start := time.Now()
 	if _, err := pool.Exec(ctx, "VACUUM (ANALYZE) "+t.String()); err != nil {
 		if isPrivilegeError(err) {
-			return res, fmt.Errorf("vacuum %s: %w: %w", t, ErrNoPrivilege, err)
+			return res, fmt.Errorf("vacuum %s: %w: %w", t, source.ErrNoPrivilege, err)
 		}
 		return res, fmt.Errorf("vacuum %s: %w", t, err)
 	}
