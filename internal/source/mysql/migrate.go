@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/migrate"
 )
 
 // MigrationStatus is one migration and whether it is applied.
@@ -23,12 +24,7 @@ type MigrationStatus = source.MigrationStatus
 // The SQL runs with that database as the connection's; goose keeps its
 // version table there too. A named lock (GET_LOCK) keeps replicas from
 // migrating at once.
-type Migrator struct {
-	admin *sql.DB // no default database: creates and drops the relay's
-	db    *sql.DB // the relay database as default
-	name  string
-	prov  *goose.Provider
-}
+type Migrator = migrate.Relay
 
 // NewMigrator opens connections for migrating relayDB on the server at dsn
 // (whatever database the DSN names is not touched).
@@ -43,6 +39,10 @@ func NewMigrator(dsn, relayDB string) (*Migrator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("parse mysql dsn: %w", err)
 	}
+	fsys, err := fs.Sub(migrations.MySQL, "mysql")
+	if err != nil {
+		return nil, err
+	}
 	cfg.DBName = ""
 	admin, err := Open(cfg.FormatDSN())
 	if err != nil {
@@ -54,122 +54,62 @@ func NewMigrator(dsn, relayDB string) (*Migrator, error) {
 		_ = admin.Close()
 		return nil, err
 	}
-	m := &Migrator{admin: admin, db: db, name: relayDB}
-	if m.prov, err = m.provider(); err != nil {
-		_ = m.Close()
-		return nil, err
-	}
-	return m, nil
+	return migrate.NewRelay(migrate.Spec{
+		Dialect:      goose.DialectMySQL,
+		DB:           db,
+		FS:           fsys,
+		VersionTable: "goose_db_version",
+		Locker:       namedLocker{name: "outbox-relay migrate " + relayDB},
+	}, relayDatabase{admin: admin, db: db, name: relayDB}, func() error { return errors.Join(db.Close(), admin.Close()) })
 }
 
-// provider loads the migrations. A new one is made after the database is
-// dropped: goose remembers that it made its version table.
-func (m *Migrator) provider() (*goose.Provider, error) {
-	fsys, err := fs.Sub(migrations.MySQL, "mysql")
-	if err != nil {
-		return nil, err
-	}
-	prov, err := goose.NewProvider(goose.DialectMySQL, m.db, fsys,
-		goose.WithTableName("goose_db_version"),
-		goose.WithSessionLocker(namedLocker{name: "outbox-relay migrate " + m.name}),
-		goose.WithDisableGlobalRegistry(true),
-	)
-	if err != nil {
-		return nil, fmt.Errorf("load migrations: %w", err)
-	}
-	return prov, nil
+// relayDatabase is the relay's database, for the migrator.
+type relayDatabase struct {
+	admin *sql.DB // no default database: creates and drops the relay's
+	db    *sql.DB // the relay database as default
+	name  string
 }
 
-// Close releases the connections.
-func (m *Migrator) Close() error { return errors.Join(m.db.Close(), m.admin.Close()) }
-
-func (m *Migrator) exists(ctx context.Context) (bool, error) {
+func (d relayDatabase) Exists(ctx context.Context) (bool, error) {
 	var n int
-	err := m.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", m.name).Scan(&n)
+	err := d.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.SCHEMATA WHERE SCHEMA_NAME = ?", d.name).Scan(&n)
 	if err != nil {
-		return false, fmt.Errorf("look up database %s: %w", m.name, err)
+		return false, fmt.Errorf("look up database %s: %w", d.name, err)
 	}
 	return n > 0, nil
 }
 
-// Up creates the relay database if needed and applies every pending
-// migration.
-func (m *Migrator) Up(ctx context.Context) error {
-	ok, err := m.exists(ctx)
-	if err != nil {
-		return err
-	}
-	// CREATE DATABASE needs the CREATE privilege even when the database
-	// exists; a least-privilege user is given its database instead.
-	if !ok {
-		if _, err := m.admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(m.name)+
-			" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
-			return fmt.Errorf("create database %s: %w", m.name, err)
-		}
-	}
-	if _, err := m.prov.Up(ctx); err != nil {
-		return fmt.Errorf("migrate up: %w", err)
+// Create creates the database. CREATE DATABASE needs the CREATE privilege
+// even when the database exists; a least-privilege user is given its
+// database instead, and this is not called.
+func (d relayDatabase) Create(ctx context.Context) error {
+	if _, err := d.admin.ExecContext(ctx, "CREATE DATABASE IF NOT EXISTS "+QuoteIdent(d.name)+
+		" CHARACTER SET utf8mb4 COLLATE utf8mb4_bin"); err != nil {
+		return fmt.Errorf("create database %s: %w", d.name, err)
 	}
 	return nil
 }
 
-// Down rolls back the newest migration; with all set it rolls back every
-// one and drops the relay database when nothing else is left in it.
-func (m *Migrator) Down(ctx context.Context, all bool) error {
-	if !all {
-		if _, err := m.prov.Down(ctx); err != nil {
-			return fmt.Errorf("migrate down: %w", err)
-		}
-		return nil
-	}
-	if _, err := m.prov.DownTo(ctx, 0); err != nil {
-		return fmt.Errorf("migrate down: %w", err)
-	}
-	if _, err := m.admin.ExecContext(ctx, "DROP TABLE IF EXISTS "+QuoteIdent(m.name)+".goose_db_version"); err != nil {
+// Drop drops goose's version table, then the database when nothing else is
+// left in it.
+func (d relayDatabase) Drop(ctx context.Context) error {
+	if _, err := d.admin.ExecContext(ctx, "DROP TABLE IF EXISTS "+QuoteIdent(d.name)+".goose_db_version"); err != nil {
 		return fmt.Errorf("drop version table: %w", err)
 	}
 	var left int
-	if err := m.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", m.name).Scan(&left); err != nil {
-		return fmt.Errorf("look into database %s: %w", m.name, err)
+	if err := d.admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = ?", d.name).Scan(&left); err != nil {
+		return fmt.Errorf("look into database %s: %w", d.name, err)
 	}
 	if left > 0 {
-		return fmt.Errorf("database %s still holds %d other tables; not dropped", m.name, left)
+		return fmt.Errorf("database %s still holds %d other tables; not dropped", d.name, left)
 	}
 	// Pooled connections to the database are closed first: a server may
 	// refuse to drop a database that is some session's default.
-	m.db.SetMaxIdleConns(0)
-	if _, err := m.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+QuoteIdent(m.name)); err != nil {
-		return fmt.Errorf("drop database %s: %w", m.name, err)
+	d.db.SetMaxIdleConns(0)
+	if _, err := d.admin.ExecContext(ctx, "DROP DATABASE IF EXISTS "+QuoteIdent(d.name)); err != nil {
+		return fmt.Errorf("drop database %s: %w", d.name, err)
 	}
-	prov, err := m.provider()
-	if err != nil {
-		return err
-	}
-	m.prov = prov
 	return nil
-}
-
-// Status lists every known migration and whether it is applied.
-func (m *Migrator) Status(ctx context.Context) ([]MigrationStatus, error) {
-	ok, err := m.exists(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var out []MigrationStatus
-	if !ok {
-		for _, s := range m.prov.ListSources() {
-			out = append(out, MigrationStatus{Version: s.Version, Name: s.Path})
-		}
-		return out, nil
-	}
-	st, err := m.prov.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migration status: %w", err)
-	}
-	for _, s := range st {
-		out = append(out, MigrationStatus{Version: s.Source.Version, Name: s.Source.Path, Applied: s.State == goose.StateApplied})
-	}
-	return out, nil
 }
 
 // namedLocker is a goose session locker on a server-wide named lock.

@@ -2,7 +2,6 @@ package mysql
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -12,6 +11,8 @@ import (
 	"github.com/pressly/goose/v3"
 
 	"github.com/outbox-relay/outbox-relay/migrations/kafkaoutbox"
+
+	"github.com/outbox-relay/outbox-relay/internal/source/migrate"
 )
 
 // plainIdent is what a managed table's database and name must be: its
@@ -21,15 +22,10 @@ var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,41}$`)
 
 // TableMigrator creates and upgrades an outbox table the relay owns (the
 // kafka_outbox table of preset kafka-outbox) in the application's database.
-// Its goose version table sits beside it, named <table>_goose_version, so
-// that the table's history travels with the application's database and not
-// with the relay's. A named lock derived from the table's name keeps
-// replicas from migrating it at once.
-type TableMigrator struct {
-	db    *sql.DB
-	table Table
-	prov  *goose.Provider
-}
+// Its goose version table sits beside it, named <table>_goose_version. A
+// named lock derived from the table's name keeps replicas from migrating it
+// at once.
+type TableMigrator = migrate.Table
 
 // NewTableMigrator opens connections for migrating table t on the server
 // at dsn. t.Schema is the table's database; empty means the one the DSN
@@ -62,16 +58,13 @@ func NewTableMigrator(dsn string, t Table) (*TableMigrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	prov, err := goose.NewProvider(goose.DialectMySQL, db, fsys,
-		goose.WithTableName(t.Name+"_goose_version"),
-		goose.WithSessionLocker(namedLocker{name: "outbox-relay table " + schema + "." + t.Name}),
-		goose.WithDisableGlobalRegistry(true),
-	)
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("managed table %s: load migrations: %w", t, err)
-	}
-	return &TableMigrator{db: db, table: Table{Schema: schema, Name: t.Name}, prov: prov}, nil
+	return migrate.NewTable(migrate.Spec{
+		Dialect:      goose.DialectMySQL,
+		DB:           db,
+		FS:           fsys,
+		VersionTable: t.Name + "_goose_version",
+		Locker:       namedLocker{name: "outbox-relay table " + schema + "." + t.Name},
+	}, Table{Schema: schema, Name: t.Name}.String(), db.Close)
 }
 
 // tableMigrations fills the placeholders of the embedded migrations for the
@@ -80,38 +73,9 @@ func tableMigrations(name string) (fs.FS, error) {
 	return kafkaoutbox.Files("mysql", QuoteIdent(name), name)
 }
 
-// Close releases the connections.
-func (m *TableMigrator) Close() error { return m.db.Close() }
-
-// Up applies every pending migration of the table. Its database must exist
-// (it is the application's).
-func (m *TableMigrator) Up(ctx context.Context) error {
-	if _, err := m.prov.Up(ctx); err != nil {
-		return fmt.Errorf("migrate managed table %s: %w", m.table, err)
-	}
-	return nil
-}
-
-// Status lists the table's migrations and whether each is applied.
-func (m *TableMigrator) Status(ctx context.Context) ([]MigrationStatus, error) {
-	st, err := m.prov.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("managed table %s: migration status: %w", m.table, err)
-	}
-	out := make([]MigrationStatus, 0, len(st))
-	for _, s := range st {
-		out = append(out, MigrationStatus{Version: s.Source.Version, Name: s.Source.Path, Applied: s.State == goose.StateApplied})
-	}
-	return out, nil
-}
-
 // MigrateTable applies the migrations of the managed table t on the server
 // at dsn (t.Schema empty: the DSN's database).
 func MigrateTable(ctx context.Context, dsn string, t Table) error {
 	m, err := NewTableMigrator(dsn, t)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	return m.Up(ctx)
+	return migrate.Apply(ctx, m, err)
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/migrations"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/migrate"
 )
 
 // MigrationStatus is one migration and whether it is applied.
@@ -24,11 +25,7 @@ type MigrationStatus = source.MigrationStatus
 // Migrator applies the relay's embedded migrations to its own schema. The
 // SQL runs with search_path set to that schema; goose keeps its version table
 // there too. A session advisory lock keeps replicas from migrating at once.
-type Migrator struct {
-	db     *sql.DB
-	schema string
-	prov   *goose.Provider
-}
+type Migrator = migrate.Relay
 
 // NewMigrator opens a connection for migrating schema in the database at dsn.
 func NewMigrator(dsn, schema string) (*Migrator, error) {
@@ -37,7 +34,6 @@ func NewMigrator(dsn, schema string) (*Migrator, error) {
 		return nil, fmt.Errorf("parse dsn: %w", err)
 	}
 	cfg.RuntimeParams["search_path"] = QuoteIdent(schema)
-	db := stdlib.OpenDB(*cfg)
 	fsys, err := fs.Sub(migrations.Postgres, "postgres")
 	if err != nil {
 		return nil, err
@@ -46,85 +42,52 @@ func NewMigrator(dsn, schema string) (*Migrator, error) {
 	if err != nil {
 		return nil, err
 	}
-	prov, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
-		goose.WithTableName(schema+".goose_db_version"),
-		goose.WithSessionLocker(locker),
-		goose.WithDisableGlobalRegistry(true),
-	)
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("load migrations: %w", err)
-	}
-	return &Migrator{db: db, schema: schema, prov: prov}, nil
+	db := stdlib.OpenDB(*cfg)
+	return migrate.NewRelay(migrate.Spec{
+		Dialect:      goose.DialectPostgres,
+		DB:           db,
+		FS:           fsys,
+		VersionTable: schema + ".goose_db_version",
+		Locker:       locker,
+	}, relaySchema{db: db, name: schema}, db.Close)
 }
 
-// Close releases the connection.
-func (m *Migrator) Close() error { return m.db.Close() }
+// relaySchema is the relay's schema, for the migrator.
+type relaySchema struct {
+	db   *sql.DB
+	name string
+}
 
-// Up creates the schema if needed and applies every pending migration.
-func (m *Migrator) Up(ctx context.Context) error {
-	// CREATE SCHEMA IF NOT EXISTS needs CREATE on the database even when the
-	// schema exists; a least-privilege role is given its schema instead.
+func (s relaySchema) Exists(ctx context.Context) (bool, error) {
 	var exists bool
-	if err := m.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", m.schema).Scan(&exists); err != nil {
-		return fmt.Errorf("look up schema %s: %w", m.schema, err)
+	if err := s.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", s.name).Scan(&exists); err != nil {
+		return false, fmt.Errorf("look up schema %s: %w", s.name, err)
 	}
-	if !exists {
-		// Replicas starting together race here: a concurrent creation fails
-		// with a unique violation, which is as good as success.
-		if _, err := m.db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+QuoteIdent(m.schema)); err != nil {
-			if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || (pgErr.Code != "23505" && pgErr.Code != "42P06") {
-				return fmt.Errorf("create schema %s: %w", m.schema, err)
-			}
+	return exists, nil
+}
+
+// Create creates the schema. CREATE SCHEMA IF NOT EXISTS needs CREATE on the
+// database even when the schema exists; a least-privilege role is given its
+// schema instead, and this is not called.
+func (s relaySchema) Create(ctx context.Context) error {
+	// Replicas starting together race here: a concurrent creation fails
+	// with a unique violation, which is as good as success.
+	if _, err := s.db.ExecContext(ctx, "CREATE SCHEMA IF NOT EXISTS "+QuoteIdent(s.name)); err != nil {
+		if pgErr, ok := errors.AsType[*pgconn.PgError](err); !ok || (pgErr.Code != "23505" && pgErr.Code != "42P06") {
+			return fmt.Errorf("create schema %s: %w", s.name, err)
 		}
-	}
-	if _, err := m.prov.Up(ctx); err != nil {
-		return fmt.Errorf("migrate up: %w", err)
 	}
 	return nil
 }
 
-// Down rolls back the newest migration; with all set it rolls back every one
-// and drops the (then empty) schema.
-func (m *Migrator) Down(ctx context.Context, all bool) error {
-	if !all {
-		if _, err := m.prov.Down(ctx); err != nil {
-			return fmt.Errorf("migrate down: %w", err)
-		}
-		return nil
-	}
-	if _, err := m.prov.DownTo(ctx, 0); err != nil {
-		return fmt.Errorf("migrate down: %w", err)
-	}
-	// Only goose's version table is left; RESTRICT refuses if anything else is.
-	if _, err := m.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+QuoteIdent(m.schema)+".goose_db_version"); err != nil {
+// Drop drops goose's version table, then the schema; RESTRICT refuses if
+// anything else is left in it.
+func (s relaySchema) Drop(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, "DROP TABLE IF EXISTS "+QuoteIdent(s.name)+".goose_db_version"); err != nil {
 		return fmt.Errorf("drop version table: %w", err)
 	}
-	if _, err := m.db.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+QuoteIdent(m.schema)+" RESTRICT"); err != nil {
-		return fmt.Errorf("drop schema %s: %w", m.schema, err)
+	if _, err := s.db.ExecContext(ctx, "DROP SCHEMA IF EXISTS "+QuoteIdent(s.name)+" RESTRICT"); err != nil {
+		return fmt.Errorf("drop schema %s: %w", s.name, err)
 	}
 	return nil
-}
-
-// Status lists every known migration and whether it is applied.
-func (m *Migrator) Status(ctx context.Context) ([]MigrationStatus, error) {
-	var exists bool
-	if err := m.db.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM pg_namespace WHERE nspname = $1)", m.schema).Scan(&exists); err != nil {
-		return nil, fmt.Errorf("migration status: %w", err)
-	}
-	var out []MigrationStatus
-	if !exists {
-		for _, s := range m.prov.ListSources() {
-			out = append(out, MigrationStatus{Version: s.Version, Name: s.Path})
-		}
-		return out, nil
-	}
-	st, err := m.prov.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("migration status: %w", err)
-	}
-	for _, s := range st {
-		out = append(out, MigrationStatus{Version: s.Source.Version, Name: s.Source.Path, Applied: s.State == goose.StateApplied})
-	}
-	return out, nil
 }

@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"hash/fnv"
 	"io/fs"
@@ -14,6 +13,8 @@ import (
 	"github.com/pressly/goose/v3/lock"
 
 	"github.com/outbox-relay/outbox-relay/migrations/kafkaoutbox"
+
+	"github.com/outbox-relay/outbox-relay/internal/source/migrate"
 )
 
 // plainIdent is what a managed table's schema and name must be: its version
@@ -22,15 +23,10 @@ var plainIdent = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // TableMigrator creates and upgrades an outbox table the relay owns (the
 // kafka_outbox table of preset kafka-outbox) in the application's schema.
-// Its goose version table sits beside it, named <table>_goose_version, so
-// that the table's history travels with the application's schema and not
-// with the relay's. A session advisory lock derived from the table's name
-// keeps replicas from migrating it at once.
-type TableMigrator struct {
-	db    *sql.DB
-	table Table
-	prov  *goose.Provider
-}
+// Its goose version table sits beside it, named <table>_goose_version. A
+// session advisory lock derived from the table's name keeps replicas from
+// migrating it at once.
+type TableMigrator = migrate.Table
 
 // NewTableMigrator opens a connection for migrating table t in the
 // database at dsn.
@@ -56,16 +52,13 @@ func NewTableMigrator(dsn string, t Table) (*TableMigrator, error) {
 		return nil, err
 	}
 	db := stdlib.OpenDB(*cfg)
-	prov, err := goose.NewProvider(goose.DialectPostgres, db, fsys,
-		goose.WithTableName(t.Schema+"."+t.Name+"_goose_version"),
-		goose.WithSessionLocker(locker),
-		goose.WithDisableGlobalRegistry(true),
-	)
-	if err != nil {
-		_ = db.Close()
-		return nil, fmt.Errorf("managed table %s: load migrations: %w", t, err)
-	}
-	return &TableMigrator{db: db, table: t, prov: prov}, nil
+	return migrate.NewTable(migrate.Spec{
+		Dialect:      goose.DialectPostgres,
+		DB:           db,
+		FS:           fsys,
+		VersionTable: t.Schema + "." + t.Name + "_goose_version",
+		Locker:       locker,
+	}, t.String(), db.Close)
 }
 
 // tableMigrations fills the placeholders of the embedded migrations for t.
@@ -73,38 +66,9 @@ func tableMigrations(t Table) (fs.FS, error) {
 	return kafkaoutbox.Files("postgres", t.String(), t.Name)
 }
 
-// Close releases the connection.
-func (m *TableMigrator) Close() error { return m.db.Close() }
-
-// Up applies every pending migration of the table. The table's schema must
-// exist (it is the application's).
-func (m *TableMigrator) Up(ctx context.Context) error {
-	if _, err := m.prov.Up(ctx); err != nil {
-		return fmt.Errorf("migrate managed table %s: %w", m.table, err)
-	}
-	return nil
-}
-
-// Status lists the table's migrations and whether each is applied.
-func (m *TableMigrator) Status(ctx context.Context) ([]MigrationStatus, error) {
-	st, err := m.prov.Status(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("managed table %s: migration status: %w", m.table, err)
-	}
-	out := make([]MigrationStatus, 0, len(st))
-	for _, s := range st {
-		out = append(out, MigrationStatus{Version: s.Source.Version, Name: s.Source.Path, Applied: s.State == goose.StateApplied})
-	}
-	return out, nil
-}
-
 // MigrateTable applies the migrations of the managed table t in the database
 // at dsn.
 func MigrateTable(ctx context.Context, dsn string, t Table) error {
 	m, err := NewTableMigrator(dsn, t)
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-	return m.Up(ctx)
+	return migrate.Apply(ctx, m, err)
 }
