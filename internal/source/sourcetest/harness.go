@@ -25,7 +25,12 @@
 //     idle longer than the claim timeout; a row another relay marked
 //     claimed (layouts with state.batch_id) is taken back once that claim
 //     is older than the claim timeout, and an acknowledged row records
-//     the batch's id and claim time.
+//     the batch's id and claim time;
+//   - privileges as `outbox-relay check` reports them: a role granted
+//     exactly what the layout and the relay's tables need lacks nothing,
+//     and one without UPDATE on the outbox table or DELETE on
+//     failed_events is told so by name (for a Table that is a RoleTable:
+//     a capability a harness may lack).
 //
 // The suite uses short real backoffs (about a second) rather than fake
 // clocks, and the database's own clock decides when a retry is due.

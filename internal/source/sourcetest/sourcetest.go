@@ -76,6 +76,7 @@ func Run(t *testing.T, h Harness) {
 				{"ForeignClaims", s.testForeignClaims},
 				{"HeldHeadHoldsOnlyItsKey", s.testHeldHead},
 				{"ForeignClaimBeyondTheWindow", s.testForeignClaimBeyondWindow},
+				{"PrivilegesAsCheckReports", s.testPrivileges},
 			} {
 				if (tc.name == "ForeignClaims" || tc.name == "ForeignClaimBeyondTheWindow") && !s.exp.claims {
 					continue // the preset records no claims (state.batch_id)
