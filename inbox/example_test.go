@@ -20,7 +20,7 @@ func ExampleInbox_Process() {
 		panic(err)
 	}
 	defer db.Close()
-	in := inbox.New(inbox.Postgres, inbox.Seed001, "wallet-service", 0)
+	in := inbox.New(inbox.Postgres, inbox.ProcessedEvents, "wallet-service", 0)
 	credit := func(ctx context.Context, tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, "UPDATE wallets SET balance = balance + 10 WHERE id = 1")
 		return err

@@ -4,9 +4,9 @@
 // retry, a rebalance, a replay) is acknowledged and skipped instead of
 // processed twice.
 //
-// The table is seed 001's processed_events as its teams wrote it (one
-// consumer group per table: its key is the event id), or the package's own
-// (Migrate), keyed by consumer group and event id. Expired ids are purged
+// The table is processed_events (ProcessedEvents) as seed 001's teams
+// wrote it (one consumer group per table: its key is the event id), or
+// the package's own (Migrate), keyed by consumer group and event id. Expired ids are purged
 // in batches by Purge (or `outbox-relay inbox purge`).
 //
 // It works with database/sql (PostgreSQL, MySQL, MariaDB) and pgx.
@@ -45,9 +45,16 @@ type Table struct {
 	PerGroup bool
 }
 
-// Seed001 is seed 001's processed_events: event_id UUID PRIMARY KEY,
-// consumer_group, processed_at and expires_at (24 hours by default).
-var Seed001 = Table{Name: "processed_events", EventID: "event_id", Group: "consumer_group", ExpiresAt: "expires_at"}
+// ProcessedEvents is the processed_events table teams write for the
+// relay's status preset (seed 001): event_id UUID PRIMARY KEY,
+// consumer_group, processed_at and expires_at (24 hours by default). It
+// serves one consumer group.
+var ProcessedEvents = Table{Name: "processed_events", EventID: "event_id", Group: "consumer_group", ExpiresAt: "expires_at"}
+
+// Seed001 is ProcessedEvents.
+//
+// Deprecated: use ProcessedEvents.
+var Seed001 = ProcessedEvents
 
 // Own is the table Migrate creates: keyed by consumer group and event id.
 var Own = Table{Name: "outbox_inbox", EventID: "event_id", Group: "consumer_group", ExpiresAt: "expires_at", PerGroup: true}

@@ -20,7 +20,7 @@ func TestProcessPgx(t *testing.T) {
 	pgtest.Exec(t, pool, `CREATE TABLE processed_events (event_id UUID PRIMARY KEY, consumer_group VARCHAR(100) NOT NULL,
   processed_at TIMESTAMPTZ NOT NULL DEFAULT NOW(), expires_at TIMESTAMPTZ NOT NULL DEFAULT (NOW() + INTERVAL '24 hours'));
 CREATE TABLE effects (event_id UUID NOT NULL)`)
-	in := inbox.New(inbox.Postgres, inbox.Seed001, "wallet", 0)
+	in := inbox.New(inbox.Postgres, inbox.ProcessedEvents, "wallet", 0)
 	const id = "0190f5a2-7c1e-7b3a-9d4e-2f6a8b0c1d2e"
 	failing := errors.New("the consumer's work failed")
 	work := func(fail bool) func(context.Context, pgx.Tx) error {

@@ -24,8 +24,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// A service of seed 001 writes its order and the order's event in one
-// transaction; the relay (preset status) publishes the event.
+// A service writes its order and the order's event in one transaction,
+// into an outbox with a status column; the relay (preset status)
+// publishes the event.
 func ExampleWriter_Write() {
 	dsn, drop, err := pgtest.TempDatabase(fixtures.Seed001 + `; CREATE TABLE orders (id INT PRIMARY KEY, total INT NOT NULL)`)
 	if err != nil {
@@ -38,7 +39,7 @@ func ExampleWriter_Write() {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	w := outbox.New(outbox.Postgres, outbox.Presets["seed001"])
+	w := outbox.New(outbox.Postgres, outbox.Presets["status"])
 
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

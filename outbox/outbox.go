@@ -3,13 +3,13 @@
 // not) with the business data, for outbox-relay to publish.
 //
 // A Layout names the table's columns, as the relay's configuration does;
-// presets cover the relay's own delete-on-publish table and the shapes of
-// seeds 000, 001, 003 and 004. Ids are UUIDv7 where the table takes a
-// UUID; created_at is the clock's, not the transaction's start, so that
-// rows of one transaction keep their order; the W3C traceparent of the
-// caller's context goes into the headers column; an idempotency key with a
-// unique constraint returns the event already written instead of a second
-// one. database/sql (PostgreSQL, MySQL, MariaDB) and pgx.
+// Presets holds the tables of the relay's presets published-flag, status,
+// payment-queue, kafka-outbox and delete. Ids are UUIDv7 where the table
+// takes a UUID; created_at is the clock's, not the transaction's start, so
+// that rows of one transaction keep their order; the W3C traceparent of
+// the caller's context goes into the headers column; an idempotency key
+// with a unique constraint returns the event already written instead of a
+// second one. database/sql (PostgreSQL, MySQL, MariaDB) and pgx.
 package outbox
 
 import (
@@ -56,34 +56,55 @@ type Layout struct {
 	EventType, AggregateType, AggregateID string
 	CreatedAt                             string
 	// Idempotency lists the columns of a unique constraint that makes a
-	// second write of one event return the first (seed 003's
-	// (instruction_id, idempotency_key)); IdempotencyKey is the column the
-	// event's IdempotencyKey goes to.
+	// second write of one event return the first (the payment-queue
+	// table's (instruction_id, idempotency_key)); IdempotencyKey is the
+	// column the event's IdempotencyKey goes to.
 	Idempotency    []string
 	IdempotencyKey string
 }
 
-// Presets are the layouts of the tables the relay's presets read.
+// Presets are the layouts of the tables the relay's presets of the same
+// names read: published-flag, status, payment-queue, kafka-outbox and
+// delete (the relay's prisma preset has no layout here). The table names
+// are the seeds'; give the Layout another Table when yours differs.
 var Presets = map[string]Layout{
-	// delete: the relay's delete-on-publish table (id, topic, key, payload).
-	"delete": {Table: "outbox", ID: "id", Payload: "payload", Topic: "topic", Key: "key"},
-	// seed000: journey_matcher.outbox and its siblings (published flag);
-	// correlation_id goes in Event.Columns.
-	"seed000": {Table: "outbox", ID: "id", GenerateID: true, Payload: "payload", EventType: "event_type",
-		AggregateType: "aggregate_type", AggregateID: "aggregate_id", CreatedAt: "created_at"},
-	// seed001: the status table with topic, partition key and headers.
-	"seed001": {Table: "outbox", ID: "id", GenerateID: true, Payload: "payload", Headers: "headers", Topic: "topic",
-		PartitionKey: "partition_key", EventType: "event_type", AggregateType: "aggregate_type",
-		AggregateID: "aggregate_id", CreatedAt: "created_at"},
-	// seed003: payment_outbox_pending (participant_id, instruction_id and
-	// rail_type go in Event.Columns; WriteSequenced adds sequence_id).
-	"seed003": {Table: "payment_outbox_pending", ID: "outbox_id", GenerateID: true, Payload: "payload",
-		CreatedAt: "created_at", Idempotency: []string{"instruction_id", "idempotency_key"}, IdempotencyKey: "idempotency_key"},
-	// seed004: kafka_outbox (created by the relay), payload and headers as
-	// JSON text.
-	"seed004": {Table: "kafka_outbox", ID: "id", Payload: "payload_json", Headers: "payload_headers", Topic: "topic",
-		Key: "key", PartitionKey: "partition_key", CreatedAt: "created_at"},
+	"published-flag": publishedFlag,
+	"status":         status,
+	"payment-queue":  paymentQueue,
+	"kafka-outbox":   kafkaOutbox,
+	"delete":         deleteOnPublish,
+
+	// Deprecated: seed000, seed001, seed003 and seed004 are the former
+	// names of published-flag, status, payment-queue and kafka-outbox.
+	"seed000": publishedFlag,
+	"seed001": status,
+	"seed003": paymentQueue,
+	"seed004": kafkaOutbox,
 }
+
+var (
+	// publishedFlag: journey_matcher.outbox and its siblings (a published
+	// flag, seed 000); correlation_id goes in Event.Columns.
+	publishedFlag = Layout{Table: "outbox", ID: "id", GenerateID: true, Payload: "payload", EventType: "event_type",
+		AggregateType: "aggregate_type", AggregateID: "aggregate_id", CreatedAt: "created_at"}
+	// status: the status table with topic, partition key and headers (seed
+	// 001).
+	status = Layout{Table: "outbox", ID: "id", GenerateID: true, Payload: "payload", Headers: "headers", Topic: "topic",
+		PartitionKey: "partition_key", EventType: "event_type", AggregateType: "aggregate_type",
+		AggregateID: "aggregate_id", CreatedAt: "created_at"}
+	// paymentQueue: payment_outbox_pending (seed 003); participant_id,
+	// instruction_id and rail_type go in Event.Columns, WriteSequenced adds
+	// sequence_id.
+	paymentQueue = Layout{Table: "payment_outbox_pending", ID: "outbox_id", GenerateID: true, Payload: "payload",
+		CreatedAt: "created_at", Idempotency: []string{"instruction_id", "idempotency_key"}, IdempotencyKey: "idempotency_key"}
+	// kafkaOutbox: kafka_outbox, created by the relay (seed 004), payload
+	// and headers as JSON text.
+	kafkaOutbox = Layout{Table: "kafka_outbox", ID: "id", Payload: "payload_json", Headers: "payload_headers", Topic: "topic",
+		Key: "key", PartitionKey: "partition_key", CreatedAt: "created_at"}
+	// deleteOnPublish: the relay's delete-on-publish table (id, topic, key,
+	// payload).
+	deleteOnPublish = Layout{Table: "outbox", ID: "id", Payload: "payload", Topic: "topic", Key: "key"}
+)
 
 // Event is one event to write.
 type Event struct {
@@ -282,10 +303,11 @@ func (w *Writer) WritePgx(ctx context.Context, tx pgx.Tx, e Event) (string, erro
 	return id, nil
 }
 
-// Sequence says how a table numbers a participant's events (seed 003):
-// Function allocates the participant's next number (e.g.
-// "payments.bump_participant_outbox_seq"), and the event's Columns carry
-// the participant in Participant and get the number in Column.
+// Sequence says how a table numbers a participant's events (the
+// payment-queue table's sequence_id): Function allocates the
+// participant's next number (e.g. "payments.bump_participant_outbox_seq"),
+// and the event's Columns carry the participant in Participant and get the
+// number in Column.
 type Sequence struct {
 	Function, Participant, Column string
 }

@@ -88,7 +88,7 @@ func TestCreatedAtInWriteOrder(t *testing.T) {
 	ctx := context.Background()
 	_, pool := pgtest.NewDB(t)
 	pgtest.Exec(t, pool, fixtures.Seed001)
-	w := outbox.New(outbox.Postgres, outbox.Presets["seed001"])
+	w := outbox.New(outbox.Postgres, outbox.Presets["status"])
 	var ids []string
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		for i := range 20 {

@@ -39,7 +39,7 @@ expiry has passed, --batch rows at a time, and says how many it deleted.`,
 				return err
 			}
 			defer db.Close()
-			t := inbox.Seed001
+			t := inbox.ProcessedEvents
 			t.Name, t.ExpiresAt = table, expires
 			n, err := inbox.Purge(cmd.Context(), db, dialect, t, batch)
 			if err != nil {
@@ -51,8 +51,8 @@ expiry has passed, --batch rows at a time, and says how many it deleted.`,
 	}
 	purge.Flags().StringVar(&dsn, "dsn", "", "the consumer's database")
 	purge.Flags().StringVar(&driver, "driver", "postgres", "postgres or mysql (MySQL, MariaDB)")
-	purge.Flags().StringVar(&table, "table", inbox.Seed001.Name, "the processed-events table (schema-qualified if need be)")
-	purge.Flags().StringVar(&expires, "expires-column", inbox.Seed001.ExpiresAt, "its expiry column")
+	purge.Flags().StringVar(&table, "table", inbox.ProcessedEvents.Name, "the processed-events table (schema-qualified if need be)")
+	purge.Flags().StringVar(&expires, "expires-column", inbox.ProcessedEvents.ExpiresAt, "its expiry column")
 	purge.Flags().IntVar(&batch, "batch", 1000, "rows deleted per statement")
 	hideConfigFlag(purge)
 	cmd.AddCommand(purge)

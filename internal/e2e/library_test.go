@@ -39,7 +39,7 @@ func TestOutboxLibraryRelayedInOrder(t *testing.T) {
 	spanID, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
 	ctx := trace.ContextWithSpanContext(context.Background(), trace.NewSpanContext(trace.SpanContextConfig{
 		TraceID: traceID, SpanID: spanID, TraceFlags: trace.FlagsSampled}))
-	w := outbox.New(outbox.Postgres, outbox.Presets["seed001"])
+	w := outbox.New(outbox.Postgres, outbox.Presets["status"])
 	const txs, perTx, keys = 30, 4, 6
 	for i := range txs {
 		tx, err := db.BeginTx(ctx, nil)
@@ -95,7 +95,7 @@ func TestOutboxLibraryPaymentsOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	l := outbox.Presets["seed003"]
+	l := outbox.Presets["payment-queue"]
 	l.Table = "payments.payment_outbox_pending"
 	w := outbox.New(outbox.Postgres, l)
 	seq := outbox.Sequence{Function: "payments.bump_participant_outbox_seq", Participant: "participant_id", Column: "sequence_id"}
