@@ -340,7 +340,12 @@ func TestInviqaPresent(t *testing.T) {
 			t.Errorf("InviqaPresent = %v, want %v", got, c.want)
 		}
 	}
-	flags := InviqaFlagEnv()
+	flags := map[string]string{}
+	for _, v := range InviqaVars {
+		if v.Flag != "" {
+			flags[v.Flag] = v.Env
+		}
+	}
 	if flags["db-host"] != "DB_HOST" || flags["cleanup"] != "RUN_CLEANUP" || len(flags) != len(InviqaVars)-2 {
 		t.Errorf("flags %v", flags)
 	}

@@ -96,18 +96,6 @@ var InviqaVars = []InviqaVar{
 		Setting: "ignored: outbox-relay has no New Relic agent; it serves Prometheus metrics on admin.listen"},
 }
 
-// InviqaFlagEnv maps each flag of inviqa/kafka-outbox-relay (without "--")
-// to its variable.
-func InviqaFlagEnv() map[string]string {
-	m := map[string]string{}
-	for _, v := range InviqaVars {
-		if v.Flag != "" {
-			m[v.Flag] = v.Env
-		}
-	}
-	return m
-}
-
 // InviqaPresent reports whether env holds the configuration of an
 // inviqa/kafka-outbox-relay deployment: DB_DRIVER and DB_HOST, which it
 // always requires, are both set.
