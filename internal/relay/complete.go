@@ -41,7 +41,7 @@ func (w *Worker) complete(hard context.Context, f *inflight) {
 		w.log.Error("complete batch failed; its rows return to the pending set", "err", err, "rows", len(f.rows))
 	}
 	if err == nil && f.txn != 0 {
-		w.o.Txn.Confirm(f.turn.lane, f.txn)
+		w.o.Txn.Confirm(f.turn.producer, f.txn)
 	}
 	if f.unknown {
 		w.stopClaims()

@@ -11,41 +11,42 @@ import (
 )
 
 // Transactor publishes each batch of a source in one transaction of its
-// sink, with the source's progress (delivery exactly_once). It has Lanes
-// producers, each with one transaction at a time; batches take them in
-// turn. Begin opens a lane's transaction before the batch's first message
-// and returns the publisher of its messages; Commit ends it with the ids of
-// the rows it delivered (failed aborts it instead); Confirm says the
-// database has marked them.
+// sink, with the source's progress (delivery exactly_once). It has
+// Producers transactional producers, each with one transaction at a time;
+// batches take them in turn. Begin opens a transaction on a producer before
+// the batch's first message and returns the publisher of its messages;
+// Commit ends it with the ids of the rows it delivered (failed aborts it
+// instead); Confirm says the database has marked them.
 type Transactor interface {
-	Lanes() int
-	Begin(ctx context.Context, lane int) (sink.Publisher, error)
-	Commit(ctx context.Context, lane int, ids []string, failed bool) (uint64, error)
-	Confirm(lane int, n uint64)
+	Producers() int
+	Begin(ctx context.Context, producer int) (sink.Publisher, error)
+	Commit(ctx context.Context, producer int, ids []string, failed bool) (uint64, error)
+	Confirm(producer int, n uint64)
 	Close(ctx context.Context) error
 }
 
-// txnTurn is a batch's place among the transactions: its lane, taken in
-// claim order, and the lane's previous transaction, which it waits for.
+// txnTurn is a batch's place among the transactions: its producer, taken
+// in claim order, and that producer's previous transaction, which it waits
+// for.
 type txnTurn struct {
-	lane int
-	prev <-chan struct{} // closed when the lane's previous transaction ended
-	done chan struct{}   // closed when this batch's ended
+	producer int
+	prev     <-chan struct{} // closed when the producer's previous transaction ended
+	done     chan struct{}   // closed when this batch's ended
 }
 
 // nextTurn takes the next place in the transactions' order (the claim
 // loop calls it, in claim order).
 func (w *Worker) nextTurn() *txnTurn {
 	if w.lastTxn == nil {
-		w.lastTxn = make([]<-chan struct{}, w.o.Txn.Lanes())
+		w.lastTxn = make([]<-chan struct{}, w.o.Txn.Producers())
 		for i := range w.lastTxn {
 			w.lastTxn[i] = closedChan()
 		}
 	}
-	lane := int(w.turns % uint64(len(w.lastTxn)))
+	producer := int(w.turns % uint64(len(w.lastTxn)))
 	w.turns++
-	t := &txnTurn{lane: lane, prev: w.lastTxn[lane], done: make(chan struct{})}
-	w.lastTxn[lane] = t.done
+	t := &txnTurn{producer: producer, prev: w.lastTxn[producer], done: make(chan struct{})}
+	w.lastTxn[producer] = t.done
 	return t
 }
 
@@ -58,7 +59,7 @@ func (w *Worker) beginTxn(ctx context.Context, a *attempt) bool {
 		w.holdAll(a, ctx.Err())
 		return false
 	}
-	via, err := w.o.Txn.Begin(ctx, a.f.turn.lane)
+	via, err := w.o.Txn.Begin(ctx, a.f.turn.producer)
 	if err != nil {
 		// The producer is unusable (fenced, failed): a new one's takeover.
 		w.holdAll(a, err)
@@ -85,7 +86,7 @@ func (w *Worker) commitTxn(ctx context.Context, a *attempt) {
 			failed = true
 		}
 	}
-	n, err := w.o.Txn.Commit(ctx, a.f.turn.lane, ids, failed)
+	n, err := w.o.Txn.Commit(ctx, a.f.turn.producer, ids, failed)
 	if err == nil {
 		a.f.txn = n
 		return

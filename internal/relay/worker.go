@@ -97,7 +97,7 @@ type Worker struct {
 	receipts bool
 	// freed is signalled when a batch completes.
 	freed chan struct{}
-	// lastTxn, per lane, is closed when the lane's latest batch's
+	// lastTxn, per producer, is closed when the producer's latest batch's
 	// transaction ends (delivery exactly_once); turns counts the batches.
 	lastTxn []<-chan struct{}
 	turns   uint64

@@ -11,12 +11,12 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 )
 
-// commitProgress publishes one message through lane 0 of l and commits it
-// with ids as the batch's delivered events, then confirms it.
-func commitProgress(t *testing.T, l *Lanes, ids ...string) {
+// commitProgress publishes one message through producer 0 of s and
+// commits it with ids as the batch's delivered events, then confirms it.
+func commitProgress(t *testing.T, s *Shard, ids ...string) {
 	t.Helper()
 	ctx := testCtx(t)
-	p, err := l.Begin(ctx, 0)
+	p, err := s.Begin(ctx, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -25,15 +25,15 @@ func commitProgress(t *testing.T, l *Lanes, ids ...string) {
 			t.Fatal(err)
 		}
 	}
-	n, err := l.Commit(ctx, 0, ids, false)
+	n, err := s.Commit(ctx, 0, ids, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Confirm(0, n)
+	s.Confirm(0, n)
 }
 
-// TestRecoverReadsPastAnotherOpenTransaction: another producer's
-// transaction is open on the progress topic, holding its last stable offset
+// TestRecoverReadsPastAnotherOpenTransaction: another shard's producer has
+// a transaction open on the progress topic, holding its last stable offset
 // back, and the shard's latest record was committed after it began. The
 // takeover must still find that record: reading only to the last stable
 // offset returned the one before, and its events would have been sent
@@ -47,15 +47,15 @@ func TestRecoverReadsPastAnotherOpenTransaction(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	cfg := testConfig(c)
-	newLanes := func() *Lanes {
-		l, err := NewLanes(cfg, "outbox-relay.test.src", topic, 1, fastOpts)
+	newShard := func() *Shard {
+		s, err := NewShard(cfg, "outbox-relay.test.src", topic, 1, fastOpts)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = l.Close(testCtx(t)) })
-		return l
+		t.Cleanup(func() { _ = s.Close(testCtx(t)) })
+		return s
 	}
-	first := newLanes()
+	first := newShard()
 	if _, err := first.Recover(testCtx(t)); err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +82,7 @@ func TestRecoverReadsPastAnotherOpenTransaction(t *testing.T) {
 	})
 	got := make(chan []string, 1)
 	errs := make(chan error, 1)
-	second := newLanes()
+	second := newShard()
 	go func() {
 		ids, err := second.Recover(testCtx(t))
 		errs <- err
