@@ -1,0 +1,19 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
+
+// Status reads every source's state as the relays recorded it in relayDB
+// (see source.StatusSQL).
+func Status(ctx context.Context, db *sql.DB, relayDB string) ([]source.Recorded, error) {
+	rows, err := db.QueryContext(ctx, source.StatusSQL(QuoteIdent(relayDB), "UTC_TIMESTAMP(6)", "COALESCE(s.sink_states, '{}')"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	return source.ScanStatus(rows)
+}

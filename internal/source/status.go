@@ -1,0 +1,86 @@
+package source
+
+import (
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Recorded is a source's state as the relays recorded it in the relay's
+// own tables (relay_state, its lease, retry state and dead letters): what
+// `outbox-relay status` reads, whichever replica relays the source.
+type Recorded struct {
+	Source        string
+	Schema, Table string
+	// Owner is the process holding the source's lease and Term its term;
+	// Held is false once the lease has expired.
+	Owner                string
+	Term                 int64
+	Held                 bool
+	Pending              int64
+	OldestPendingSeconds float64
+	EventsPerSecond      float64
+	// LastClaim is the latest successful claim by the relay's clock (nil:
+	// none recorded); Updated is when the relay last recorded all this,
+	// shifted to this process's clock.
+	LastClaim, Updated *time.Time
+	Sinks              map[string]string
+	// Retrying counts events backing off; DeadLetters those dead-lettered
+	// and not replayed.
+	Retrying, DeadLetters int64
+}
+
+// StatusSQL reads every source's recorded state in one database: rs is the
+// quoted relay schema, now the database's clock in UTC and sinks the sink
+// states as JSON text, in the dialect's SQL.
+func StatusSQL(rs, now, sinks string) string {
+	return `SELECT s.source, s.schema_name, s.table_name, COALESCE(l.owner, ''), COALESCE(l.term, 0),
+  COALESCE(l.expires_at > ` + now + `, FALSE), s.pending_events, s.lag_seconds, s.events_per_second,
+  s.last_claim_at, s.updated_at, ` + sinks + `,
+  (SELECT COUNT(*) FROM ` + rs + `.retry_state r WHERE r.source = s.source),
+  (SELECT COUNT(*) FROM ` + rs + `.failed_events f WHERE f.source = s.source AND f.replayed_at IS NULL),
+  ` + now + `
+FROM ` + rs + `.relay_state s LEFT JOIN ` + rs + `.leases l ON l.shard = s.source
+ORDER BY s.source`
+}
+
+// RowScanner is what ScanStatus reads: database/sql's rows or pgx's.
+type RowScanner interface {
+	Next() bool
+	Scan(dest ...any) error
+	Err() error
+}
+
+// ScanStatus reads the rows of StatusSQL.
+func ScanStatus(rows RowScanner) ([]Recorded, error) {
+	var out []Recorded
+	for rows.Next() {
+		var (
+			s                  Recorded
+			sinks              string
+			lastClaim, updated sql.NullTime
+			now                time.Time
+		)
+		if err := rows.Scan(&s.Source, &s.Schema, &s.Table, &s.Owner, &s.Term, &s.Held, &s.Pending, &s.OldestPendingSeconds,
+			&s.EventsPerSecond, &lastClaim, &updated, &sinks, &s.Retrying, &s.DeadLetters, &now); err != nil {
+			return nil, err
+		}
+		// The last claim is the relay's clock; the update time is the
+		// database's, shifted to this process's clock so that ages compare
+		// with time.Now.
+		if lastClaim.Valid {
+			t := lastClaim.Time
+			s.LastClaim = &t
+		}
+		if updated.Valid {
+			t := updated.Time.Add(time.Since(now))
+			s.Updated = &t
+		}
+		if err := json.Unmarshal([]byte(sinks), &s.Sinks); err != nil {
+			return nil, fmt.Errorf("sink states of %s: %w", s.Source, err)
+		}
+		out = append(out, s)
+	}
+	return out, rows.Err()
+}
