@@ -6,7 +6,6 @@ package app
 import (
 	"cmp"
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -16,8 +15,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,9 +26,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/breaker"
 	"github.com/outbox-relay/outbox-relay/internal/source"
-	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
-	"github.com/outbox-relay/outbox-relay/internal/source/queue"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
 // App is one relay process.
@@ -41,16 +36,13 @@ type App struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	owner   string
-	pools   map[string]*pgxpool.Pool // PostgreSQL databases
-	// mysqlDBs are the MySQL and MariaDB databases.
-	mysqlDBs map[string]*sql.DB
-	// leases are each database's lease table for this process;
-	// closeLeases give up what they hold (MySQL's liveness locks).
-	leases      map[string]*lease.Leases
-	closeLeases []func() error
+	// dbs are the open databases, by name, whatever their driver.
+	dbs map[string]driver.DB
+	// leases are each database's lease table for this process.
+	leases map[string]*lease.Leases
 
 	kgoOpts       []kgo.Opt
-	tracer        pgx.QueryTracer
+	tracer        any
 	statsInterval time.Duration
 	historyEvery  time.Duration // the console's chart resolution
 	history       *history
@@ -84,9 +76,10 @@ func WithKafkaOptions(opts ...kgo.Opt) Option {
 }
 
 // WithQueryTracer traces every statement of the relay's database
-// connections (the benchmark counts them with it). A tracer that also
-// implements pgx.BatchTracer sees each statement of a batch.
-func WithQueryTracer(t pgx.QueryTracer) Option {
+// connections where the driver can (the benchmark counts them with it): a
+// pgx.QueryTracer for PostgreSQL; one that also implements pgx.BatchTracer
+// sees each statement of a batch.
+func WithQueryTracer(t any) Option {
 	return func(a *App) { a.tracer = t }
 }
 
@@ -102,72 +95,23 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 	a := &App{
 		cfg: cfg, log: log, reg: reg, metrics: metrics.New(reg),
 		owner: fmt.Sprintf("%s/%d/%04x", host, os.Getpid(), rand.N(1<<16)),
-		pools: map[string]*pgxpool.Pool{}, sinks: map[string]sink.Publisher{}, running: map[string]*runningSource{},
-		mysqlDBs: map[string]*sql.DB{}, leases: map[string]*lease.Leases{},
+		dbs:   map[string]driver.DB{}, sinks: map[string]sink.Publisher{}, running: map[string]*runningSource{},
+		leases: map[string]*lease.Leases{},
 	}
 	for _, o := range opts {
 		o(a)
 	}
 	for name, db := range cfg.Databases {
-		switch db.Driver {
-		case "postgres":
-		case "mysql":
-			pool, err := a.openMySQL(ctx, name, db)
-			if err != nil {
-				a.Close()
-				return nil, err
-			}
-			a.mysqlDBs[name] = pool
-			// One per database and owner, shared by its sources: each
-			// holds a connection for its liveness lock.
-			l := mysql.NewLeases(pool, cfg.RelaySchema, a.owner)
-			a.leases[name], a.closeLeases = l.Leases, append(a.closeLeases, l.Close)
-			continue
-		default:
+		if err := a.openDB(ctx, name, db); err != nil {
 			a.Close()
-			return nil, fmt.Errorf("databases.%s.driver: %q is not supported", name, db.Driver)
+			return nil, err
 		}
-		pc, err := pgxpool.ParseConfig(db.DSN)
-		if err != nil {
-			a.Close()
-			return nil, fmt.Errorf("databases.%s.dsn: %w", name, err)
-		}
-		pc.MaxConns = int32(db.MaxConns)
-		if a.tracer != nil {
-			pc.ConnConfig.Tracer = a.tracer
-		}
-		pc.ConnConfig.RuntimeParams["application_name"] = postgres.ApplicationName(a.owner)
-		// Plan every statement for the table as it is now: a plan cached
-		// while an outbox was empty (sequential scans) must not outlive
-		// the backlog that follows.
-		pc.ConnConfig.RuntimeParams["plan_cache_mode"] = "force_custom_plan"
-		// The relay's statements take milliseconds; compiling one with JIT
-		// (which a large backlog's cost estimate can trigger) takes
-		// hundreds.
-		if _, set := pc.ConnConfig.RuntimeParams["jit"]; !set {
-			pc.ConnConfig.RuntimeParams["jit"] = "off"
-		}
-		pool, err := pgxpool.NewWithConfig(ctx, pc)
-		if err != nil {
-			a.Close()
-			return nil, fmt.Errorf("databases.%s: connect: %w", name, err)
-		}
-		if err := pool.Ping(ctx); err != nil {
-			pool.Close()
-			a.Close()
-			return nil, fmt.Errorf("databases.%s: connect: %w", name, err)
-		}
-		a.pools[name] = pool
-		a.leases[name] = postgres.NewLeases(pool, cfg.RelaySchema, a.owner)
 	}
 	return a, nil
 }
 
 // Registry is the Prometheus registry of this process.
 func (a *App) Registry() *prometheus.Registry { return a.reg }
-
-// Pool returns the pool of the named database.
-func (a *App) Pool(name string) *pgxpool.Pool { return a.pools[name] }
 
 // Migrate applies the relay's migrations in every database, then those of
 // the outbox tables the relay manages (manage_table).
@@ -193,14 +137,7 @@ func (a *App) Migrate(ctx context.Context) error {
 }
 
 // Migrator applies the relay's own migrations to one database.
-type Migrator interface {
-	Up(ctx context.Context) error
-	// Down rolls back the newest migration, or every one (dropping the
-	// relay's schema) when all is set.
-	Down(ctx context.Context, all bool) error
-	Status(ctx context.Context) ([]source.MigrationStatus, error)
-	Close() error
-}
+type Migrator = driver.Migrator
 
 // Up applies m's pending migrations and returns those it applied.
 func Up(ctx context.Context, m Migrator) ([]source.MigrationStatus, error) {
@@ -256,16 +193,11 @@ func changed(before, after []source.MigrationStatus) []source.MigrationStatus {
 // NewMigrator returns the migrator of database name, for its driver.
 func NewMigrator(cfg *config.Config, name string) (Migrator, error) {
 	db := cfg.Databases[name]
-	var (
-		m   Migrator
-		err error
-	)
-	switch db.Driver {
-	case "mysql":
-		m, err = mysql.NewMigrator(db.DSN, cfg.RelaySchema)
-	default:
-		m, err = postgres.NewMigrator(db.DSN, cfg.RelaySchema)
+	d, err := driverOf(name, db)
+	if err != nil {
+		return nil, err
 	}
+	m, err := d.NewMigrator(db.DSN, cfg.RelaySchema)
 	if err != nil {
 		return nil, fmt.Errorf("databases.%s: %w", name, err)
 	}
@@ -283,19 +215,12 @@ func MigrateTables(ctx context.Context, cfg *config.Config, db string) error {
 		if err != nil {
 			return fmt.Errorf("sources[%d].table: %w", i, err)
 		}
-		if s.Preset == config.QueuePreset {
-			if err := queue.Migrate(ctx, cfg.Databases[db].DSN, schema); err != nil {
-				return fmt.Errorf("sources[%d]: %w", i, err)
-			}
-			continue
+		d, err := driverOf(db, cfg.Databases[db])
+		if err != nil {
+			return err
 		}
-		if cfg.Databases[db].Driver == "mysql" {
-			if err := mysql.MigrateTable(ctx, cfg.Databases[db].DSN, mysql.Table{Schema: schema, Name: table}); err != nil {
-				return fmt.Errorf("sources[%d]: %w", i, err)
-			}
-			continue
-		}
-		if err := postgres.MigrateTable(ctx, cfg.Databases[db].DSN, postgres.Table{Schema: schema, Name: table}); err != nil {
+		t := driver.TableName{Schema: schema, Name: table}
+		if err := d.MigrateTable(ctx, cfg.Databases[db].DSN, t, s.Preset == config.QueuePreset); err != nil {
 			return fmt.Errorf("sources[%d]: %w", i, err)
 		}
 	}
@@ -348,13 +273,7 @@ func (a *App) Close() {
 	}
 	wg.Wait()
 	a.sinks = map[string]sink.Publisher{}
-	for _, p := range a.pools {
-		p.Close()
-	}
-	for _, closeLeases := range a.closeLeases {
-		_ = closeLeases()
-	}
-	for _, db := range a.mysqlDBs {
+	for _, db := range a.dbs {
 		_ = db.Close()
 	}
 }
@@ -362,11 +281,8 @@ func (a *App) Close() {
 // ready lists readiness checks: each database, each sink, each source.
 func (a *App) ready(ctx context.Context) map[string]error {
 	out := map[string]error{}
-	for name, p := range a.pools {
-		out["database:"+name] = p.Ping(ctx)
-	}
-	for name, db := range a.mysqlDBs {
-		out["database:"+name] = db.PingContext(ctx)
+	for name, db := range a.dbs {
+		out["database:"+name] = db.Ping(ctx)
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()

@@ -9,8 +9,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/admin"
 	"github.com/outbox-relay/outbox-relay/internal/source"
-	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
 // consoleAPI is what the admin server's console and JSON API use: the
@@ -151,8 +150,9 @@ func mapsKeys[V any](m map[string]V) func(func(string) bool) {
 // PurgeDead deletes the dead letters of database db with these ids (not
 // replayed), audited under actor, and returns how many.
 func (a *App) PurgeDead(ctx context.Context, db string, ids []string, actor string) (int, error) {
-	if m, ok := a.mysqlDBs[db]; ok {
-		return mysql.PurgeDead(ctx, m, a.cfg.RelaySchema, ids, actor)
+	d, err := capability[driver.DeadLetters](a, db, "keep dead letters")
+	if err != nil {
+		return 0, err
 	}
-	return postgres.PurgeDead(ctx, a.pools[db], a.cfg.RelaySchema, ids, actor)
+	return d.PurgeDead(ctx, ids, actor)
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/sink/kafka"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
 // exactlyOnceLanes is how many transactional producers a source uses in
@@ -44,7 +45,11 @@ func (a *App) exactlyOnce(s *Source, opts relay.Options) func() *relay.Worker {
 			if err != nil {
 				return err
 			}
-			n, err := markerOf(s).MarkPublished(ctx, ids)
+			m, ok := s.Store.(driver.Marker)
+			if !ok {
+				return fmt.Errorf("exactly-once: the store of %s cannot mark events published", s.Name)
+			}
+			n, err := m.MarkPublished(ctx, ids)
 			if err != nil {
 				return err
 			}
@@ -55,17 +60,4 @@ func (a *App) exactlyOnce(s *Source, opts relay.Options) func() *relay.Worker {
 		}
 		return relay.NewWorker(o)
 	}
-}
-
-// marker records events delivered as published: the store of a PostgreSQL
-// or MySQL source.
-type marker interface {
-	MarkPublished(ctx context.Context, ids []string) (int, error)
-}
-
-func markerOf(s *Source) marker {
-	if s.MySQL != nil {
-		return s.MySQL.Store
-	}
-	return s.PG
 }

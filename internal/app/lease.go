@@ -2,17 +2,11 @@ package app
 
 import (
 	"context"
-	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
-
-// settler is a store that can wait, after a hand-over, until the previous
-// owner's claims are over (see mysql.Store.Settle).
-type settler interface {
-	Settle(ctx context.Context, n int, timeout time.Duration) error
-}
 
 // runLeased relays a source only while this process holds its lease (see
 // lease.Leases.Hold): the lease table is its database's, the fence its
@@ -24,7 +18,7 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 	if f, ok := s.Store.(lease.Fenced); ok {
 		o.Fence = f.LeaseFence()
 	}
-	if st, ok := s.Store.(settler); ok {
+	if st, ok := s.Store.(driver.Settler); ok {
 		// The rows the previous owner's batches may still hold are the
 		// first few batches' worth of pending rows.
 		n := max(s.Config.BatchSize, 1) * max(s.Config.Pipeline, 1) * 2

@@ -10,41 +10,36 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/nats"
 	"github.com/outbox-relay/outbox-relay/internal/source"
-	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
 // ListFailed lists the dead letters of database db that f selects.
 func (a *App) ListFailed(ctx context.Context, db string, f source.DLQFilter) ([]source.FailedEvent, error) {
-	if m, ok := a.mysqlDBs[db]; ok {
-		return mysql.ListFailed(ctx, m, a.cfg.RelaySchema, f)
+	d, err := capability[driver.DeadLetters](a, db, "keep dead letters")
+	if err != nil {
+		return nil, err
 	}
-	p, ok := a.pools[db]
-	if !ok {
-		return nil, fmt.Errorf("unknown database %q", db)
-	}
-	return postgres.ListFailed(ctx, p, a.cfg.RelaySchema, f)
+	return d.ListFailed(ctx, f)
 }
 
 // Replay puts dead letters of source s back into its table's pending set,
 // recording actor in the audit table.
 func (s *Source) Replay(ctx context.Context, events []source.FailedEvent, actor string) (int, error) {
-	if s.MySQL != nil {
-		return s.MySQL.Store.Replay(ctx, events, actor)
+	r, ok := s.Store.(driver.Replayer)
+	if !ok {
+		return 0, fmt.Errorf("source %s: its store cannot replay dead letters", s.Name)
 	}
-	if s.Queue != nil {
-		return s.Queue.Replay(ctx, events, actor)
-	}
-	return s.PG.Replay(ctx, events, actor)
+	return r.Replay(ctx, events, actor)
 }
 
 // CheckRelaySchema lists what the relay's own schema (a database on MySQL)
 // lacks in database db for the relay to run.
 func (a *App) CheckRelaySchema(ctx context.Context, db string) ([]string, error) {
-	if m, ok := a.mysqlDBs[db]; ok {
-		return mysql.CheckRelayDatabase(ctx, m, a.cfg.RelaySchema)
+	c, err := capability[driver.SchemaChecker](a, db, "check the relay schema")
+	if err != nil {
+		return nil, err
 	}
-	return postgres.CheckRelaySchema(ctx, a.pools[db], a.cfg.RelaySchema)
+	return c.CheckRelaySchema(ctx)
 }
 
 // Grants is what a source's layout needs on its table, and how the role's
@@ -56,13 +51,12 @@ type Grants struct {
 // CheckGrants compares the role's grants on the source's table with what
 // its layout needs.
 func (a *App) CheckGrants(ctx context.Context, s *Source) (Grants, error) {
-	if s.MySQL != nil {
-		need := s.Layout.NeededPrivileges()
-		p, err := mysql.CheckPrivileges(ctx, s.MySQL.DB, s.MySQL.Table, need, s.Layout.UpdatedColumns()...)
-		return Grants{Need: need, Missing: p.Missing, Extra: p.Extra}, err
-	}
 	need := s.Layout.NeededPrivileges()
-	p, err := postgres.CheckPrivileges(ctx, s.Pool, s.Table, need, s.Layout.UpdatedColumns()...)
+	c, ok := s.Table.(driver.PrivilegeChecker)
+	if !ok {
+		return Grants{Need: need}, fmt.Errorf("the %s driver cannot check privileges", a.cfg.Databases[s.Config.Database].Driver)
+	}
+	p, err := c.CheckPrivileges(ctx, need, s.Layout.UpdatedColumns()...)
 	return Grants{Need: need, Missing: p.Missing, Extra: p.Extra}, err
 }
 
@@ -96,12 +90,11 @@ func (a *App) CheckSchema(ctx context.Context, db string) (SchemaState, error) {
 			}
 		}
 	}
-	if my, ok := a.mysqlDBs[db]; ok {
-		st.CanMigrate, err = mysql.CanMigrate(ctx, my, a.cfg.RelaySchema)
-	} else {
-		st.CanMigrate, err = postgres.CanMigrate(ctx, a.pools[db], a.cfg.RelaySchema)
-	}
+	c, err := capability[driver.SchemaChecker](a, db, "check the relay schema")
 	if err != nil {
+		return st, err
+	}
+	if st.CanMigrate, err = c.CanMigrate(ctx); err != nil {
 		return st, err
 	}
 	st.Missing, err = a.CheckRelaySchema(ctx, db)
@@ -185,12 +178,17 @@ func (a *App) DedupWindows(ctx context.Context, name string, subjects []string) 
 	return out, true, nil
 }
 
-// TriggerState says whether the wake-up trigger is on a PostgreSQL
-// source's table and, if not, whether run can install it.
+// TriggerState says whether the wake-up trigger is on a source's table
+// and, if not, whether run can install it; a table that cannot carry one
+// has none and cannot get one.
 func (a *App) TriggerState(ctx context.Context, s *Source) (installed, canInstall bool, err error) {
-	if installed, err = postgres.HasTrigger(ctx, s.Pool, s.Table, a.cfg.RelaySchema); err != nil || installed {
+	t, ok := s.Table.(driver.Triggered)
+	if !ok {
+		return false, false, nil
+	}
+	if installed, err = t.HasTrigger(ctx); err != nil || installed {
 		return installed, false, err
 	}
-	canInstall, err = postgres.CanInstallTrigger(ctx, s.Pool, s.Table)
+	canInstall, err = t.CanInstallTrigger(ctx)
 	return false, canInstall, err
 }

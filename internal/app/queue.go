@@ -3,25 +3,10 @@ package app
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
-	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/layout"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
-	"github.com/outbox-relay/outbox-relay/internal/source/queue"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
-
-// newQueueSource builds the store of a source in state mode queue.
-func (a *App) newQueueSource(ctx context.Context, i int, cs config.Source, name string, t postgres.Table, l *layout.Layout) (*queue.Store, error) {
-	st := l.Queue.Archive.States
-	qs, err := queue.New(ctx, a.pools[cs.Database], queue.Options{Source: name, Table: t, RelaySchema: a.cfg.RelaySchema, Layout: l,
-		Metrics: a.metrics.Queue(name, st.Dispatching, st.Dispatched, st.Retryable, st.Failed, st.Zombie)})
-	if err != nil {
-		return nil, fmt.Errorf("sources[%d].layout.%w", i, err)
-	}
-	return qs, nil
-}
 
 // startQueueMaintenance runs, while this process holds the source's lease,
 // the reaper of a queue every reaper interval, and reads its gauges (stuck
@@ -29,7 +14,8 @@ func (a *App) newQueueSource(ctx context.Context, i int, cs config.Source, name 
 // it appears. It returns a channel closed when it stops.
 func (a *App) startQueueMaintenance(ctx context.Context, s *Source) <-chan struct{} {
 	done := make(chan struct{})
-	if s.Queue == nil {
+	q, ok := s.Store.(driver.Reaper)
+	if !ok {
 		close(done)
 		return done
 	}
@@ -44,11 +30,11 @@ func (a *App) startQueueMaintenance(ctx context.Context, s *Source) <-chan struc
 		}
 		every = min(every, interval)
 		var lastReap time.Time
-		seen := map[queue.Gap]bool{}
+		seen := map[driver.Gap]bool{}
 		for {
 			if time.Since(lastReap) >= interval {
 				lastReap = time.Now()
-				zs, err := s.Queue.Reap(ctx, timeout)
+				zs, err := q.Reap(ctx, timeout)
 				if ctx.Err() != nil {
 					return
 				}
@@ -60,14 +46,14 @@ func (a *App) startQueueMaintenance(ctx context.Context, s *Source) <-chan struc
 						"id", z.ID, "participant", z.Participant, "sequence", z.Sequence, "timeout", timeout)
 				}
 			}
-			g, err := s.Queue.Gauges(ctx, timeout)
+			stuck, err := q.Stuck(ctx, timeout)
 			if err == nil {
-				m.Stuck.Set(float64(g.StuckDispatching))
+				m.Stuck.Set(float64(stuck))
 			}
-			gaps, gerr := s.Queue.Gaps(ctx)
+			gaps, gerr := q.Gaps(ctx)
 			if gerr == nil {
 				m.Gaps.Set(float64(len(gaps)))
-				now := map[queue.Gap]bool{}
+				now := map[driver.Gap]bool{}
 				for _, gp := range gaps {
 					now[gp] = true
 					if !seen[gp] {

@@ -3,11 +3,11 @@ package app
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
-	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
 // retentionPause is the pause between a periodic retention's batches.
@@ -56,43 +56,32 @@ func (a *App) startRetention(ctx context.Context, s *Source) <-chan struct{} {
 }
 
 // Purge runs one retention pass over a source's table, by its database's
-// driver (see postgres.Purge and mysql.Purge).
+// driver.
 func (a *App) Purge(ctx context.Context, s *Source, o source.PurgeOptions) (source.PurgeResult, error) {
-	if s.MySQL != nil {
-		return mysql.Purge(ctx, s.MySQL.DB, mysql.PurgeParams{
-			Source: s.Name, Table: s.MySQL.Table, RelayDatabase: a.cfg.RelaySchema, Layout: s.Layout,
-			OlderThan: o.OlderThan, IncludeDead: o.IncludeDead, DryRun: o.DryRun,
-			BatchSize: o.BatchSize, Pause: o.Pause, LockTimeout: o.LockTimeout,
-		})
+	r, err := retainer(a, s)
+	if err != nil {
+		return source.PurgeResult{}, err
 	}
-	return postgres.Purge(ctx, s.Pool, postgres.PurgeParams{
-		Source: s.Name, Table: s.Table, RelaySchema: a.cfg.RelaySchema, Layout: s.Layout,
-		OlderThan: o.OlderThan, IncludeDead: o.IncludeDead, DryRun: o.DryRun,
-		BatchSize: o.BatchSize, Pause: o.Pause, LockTimeout: o.LockTimeout,
-	})
+	return r.Purge(ctx, driver.PurgeParams{Source: s.Name, Layout: s.Layout, PurgeOptions: o})
 }
 
 // OptimizeReport is a source's table before and after Optimize.
-type OptimizeReport struct {
-	SizeBefore, SizeAfter int64
-	DeadBefore, DeadAfter int64 // PostgreSQL's dead tuples
-	Live                  int64
-	Took                  time.Duration
-	// Rebuilt is set for a table rebuilt (MySQL's OPTIMIZE TABLE), with
-	// its unused space before and after instead of dead tuples.
-	Rebuilt               bool
-	FreeBefore, FreeAfter int64
-}
+type OptimizeReport = driver.OptimizeReport
 
 // Optimize vacuums (PostgreSQL) or rebuilds (MySQL) a source's table and
 // reports its size before and after.
 func (a *App) Optimize(ctx context.Context, s *Source) (OptimizeReport, error) {
-	if s.MySQL != nil {
-		res, err := mysql.Optimize(ctx, s.MySQL.DB, s.MySQL.Table)
-		return OptimizeReport{SizeBefore: res.Before.Total(), SizeAfter: res.After.Total(), Live: res.After.Rows, Took: res.Took,
-			Rebuilt: true, FreeBefore: res.Before.FreeBytes, FreeAfter: res.After.FreeBytes}, err
+	r, err := retainer(a, s)
+	if err != nil {
+		return OptimizeReport{}, err
 	}
-	res, err := postgres.Optimize(ctx, s.Pool, s.Table)
-	return OptimizeReport{SizeBefore: res.Before.TotalBytes, SizeAfter: res.After.TotalBytes,
-		DeadBefore: res.Before.DeadTuples, DeadAfter: res.After.DeadTuples, Live: res.After.LiveTuples, Took: res.Took}, err
+	return r.Optimize(ctx)
+}
+
+func retainer(a *App, s *Source) (driver.Retainer, error) {
+	r, ok := s.Table.(driver.Retainer)
+	if !ok {
+		return nil, fmt.Errorf("the %s driver has no retention", a.cfg.Databases[s.Config.Database].Driver)
+	}
+	return r, nil
 }

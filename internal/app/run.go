@@ -15,7 +15,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/payloadschema"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
 // runningSource is a source this process serves: relaying it while it
@@ -73,8 +73,8 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 
-	ls := &listeners{ctx: ctx, wg: &wg, start: func(db, channel string) *postgres.Listener {
-		return postgres.NewListener(a.cfg.Databases[db].DSN, channel, a.log.With("database", db, "channel", channel))
+	ls := &listeners{ctx: ctx, wg: &wg, start: func(db, channel string) driver.Listener {
+		return a.dbs[db].(driver.Notifier).Listener(channel, a.log.With("database", db, "channel", channel))
 	}}
 	listenerFor := ls.get
 	start := func(s *Source) error {
@@ -144,7 +144,7 @@ func (a *App) Run(ctx context.Context) error {
 
 // prepare connects a source's sink and sets up its wake-up path; it returns
 // what builds a worker each time the source's lease is acquired.
-func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, channel string) *postgres.Listener) (func() *relay.Worker, error) {
+func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, channel string) driver.Listener) (func() *relay.Worker, error) {
 	cs := s.Config
 	snk, err := a.sink(cs.Sink)
 	if err != nil {
@@ -171,21 +171,21 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 		}
 	}
 	var wake <-chan struct{}
-	if s.MySQL != nil && cs.Notify == "on" {
+	if !s.Notifies() && cs.Notify == "on" {
 		return nil, fmt.Errorf("sources[%d].notify: on needs PostgreSQL (LISTEN/NOTIFY); MySQL sources poll", s.Index)
 	}
-	if s.Queue != nil && cs.Notify != "off" {
+	if s.Layout.Queue != nil && cs.Notify != "off" && s.Notifies() {
 		// The queue's own trigger notifies its channel.
 		if ch := s.Layout.Queue.Archive.Channel; ch != "" {
 			wake = listenerFor(cs.Database, ch).SubscribeAll()
 		} else if cs.Notify == "on" {
 			return nil, fmt.Errorf("sources[%d].notify: on, but the layout names no state.queue.channel", s.Index)
 		}
-	} else if cs.Notify != "off" && s.MySQL == nil {
+	} else if cs.Notify != "off" && s.Notifies() {
 		has, err := a.ensureTrigger(ctx, s)
 		switch {
 		case has:
-			wake = listenerFor(cs.Database, a.cfg.RelaySchema).Subscribe(s.Table)
+			wake = listenerFor(cs.Database, a.cfg.RelaySchema).Subscribe(s.Table.Name())
 		case cs.Notify == "on":
 			return nil, fmt.Errorf("sources[%d].notify: on, but the wake-up trigger is missing on %s and could not be installed: %w", s.Index, s.Table, err)
 		default:
@@ -229,14 +229,18 @@ func headerExtras(l *layout.Layout) []relay.HeaderExtra {
 // ensureTrigger reports whether the wake-up trigger is on the table,
 // installing it when allowed.
 func (a *App) ensureTrigger(ctx context.Context, s *Source) (bool, error) {
-	has, err := postgres.HasTrigger(ctx, s.Pool, s.Table, a.cfg.RelaySchema)
+	t, ok := s.Table.(driver.Triggered)
+	if !ok {
+		return false, errors.New("the table cannot carry a wake-up trigger")
+	}
+	has, err := t.HasTrigger(ctx)
 	if err != nil || has {
 		return has, err
 	}
 	if s.Config.InstallTrigger != nil && !*s.Config.InstallTrigger {
 		return false, errors.New("install_trigger is off")
 	}
-	if err := postgres.InstallTrigger(ctx, s.Pool, s.Table, a.cfg.RelaySchema); err != nil {
+	if err := t.InstallTrigger(ctx); err != nil {
 		return false, err
 	}
 	a.log.Info("installed the wake-up trigger", "source", s.Name, "table", s.Table.String())
@@ -249,13 +253,13 @@ func (a *App) ensureTrigger(ctx context.Context, s *Source) (bool, error) {
 type listeners struct {
 	ctx   context.Context
 	wg    *sync.WaitGroup
-	start func(db, channel string) *postgres.Listener
+	start func(db, channel string) driver.Listener
 
 	mu sync.Mutex
-	by map[string]*postgres.Listener
+	by map[string]driver.Listener
 }
 
-func (ls *listeners) get(db, channel string) *postgres.Listener {
+func (ls *listeners) get(db, channel string) driver.Listener {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
 	key := db + "\x00" + channel
@@ -263,7 +267,7 @@ func (ls *listeners) get(db, channel string) *postgres.Listener {
 		return l
 	}
 	if ls.by == nil {
-		ls.by = map[string]*postgres.Listener{}
+		ls.by = map[string]driver.Listener{}
 	}
 	l := ls.start(db, channel)
 	ls.by[key] = l

@@ -6,8 +6,15 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
+
+// fakeListener is a listener whose Run returns at once.
+type fakeListener struct{ db string }
+
+func (*fakeListener) Run(context.Context) error                  { return nil }
+func (*fakeListener) SubscribeAll() <-chan struct{}              { return nil }
+func (*fakeListener) Subscribe(driver.TableName) <-chan struct{} { return nil }
 
 // Discovery rules start sources from several goroutines at once: each
 // database and channel still gets exactly one listener (run with -race).
@@ -16,12 +23,12 @@ func TestListenersOnePerDatabase(t *testing.T) {
 	cancel() // the listeners' Run returns at once
 	var wg sync.WaitGroup
 	var started atomic.Int32
-	ls := &listeners{ctx: ctx, wg: &wg, start: func(db, channel string) *postgres.Listener {
+	ls := &listeners{ctx: ctx, wg: &wg, start: func(db, channel string) driver.Listener {
 		started.Add(1)
-		return postgres.NewListener("postgres://127.0.0.1:1/"+db, channel, nil)
+		return &fakeListener{db: db}
 	}}
 	var callers sync.WaitGroup
-	got := make([]*postgres.Listener, 8)
+	got := make([]driver.Listener, 8)
 	for i := range got {
 		callers.Go(func() { got[i] = ls.get([]string{"a", "b"}[i%2], "outbox_relay") })
 	}

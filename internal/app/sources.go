@@ -2,21 +2,16 @@ package app
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
 	"regexp"
 	"strings"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/source"
-	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
-	"github.com/outbox-relay/outbox-relay/internal/source/queue"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
 // Source is one outbox table with its layout checked, ready to run.
@@ -26,17 +21,15 @@ type Source struct {
 	Config config.Source
 	DSN    string
 	Layout *layout.Layout
-	// Store claims and completes the source's batches, whatever the driver.
+	// Store claims and completes the source's batches, whatever the
+	// driver; what else it can do (replay, mark published, settle, reap) is
+	// found by interface assertion (see package driver).
 	Store source.Store
-	// Pool, Table and PG are the PostgreSQL source's connections, table and
-	// store (dead-letter replay, privilege checks, the wake-up trigger).
-	Pool  *pgxpool.Pool
-	Table postgres.Table
-	PG    *postgres.Store
-	// MySQL is set for a MySQL or MariaDB source.
-	MySQL *MySQLSource
-	// Queue is set for a PostgreSQL source in state mode queue (PG is nil).
-	Queue *queue.Store
+	// DB is the source's database and Table its table, with their
+	// driver's capabilities (dead letters, retention, privileges, the
+	// wake-up trigger).
+	DB    driver.DB
+	Table driver.Table
 	// Routes are the source's routes with their columns checked against
 	// the table (sinks are connected when the source starts).
 	Routes []relay.Route
@@ -54,19 +47,14 @@ func orderGap(cs config.Source, l *layout.Layout, cols []layout.Column, statemen
 	return layout.OrderGap(l, cols, statementOrder)
 }
 
-// MySQLSource is a MySQL or MariaDB source's connections, table and store.
-type MySQLSource struct {
-	DB    *sql.DB
-	Table mysql.Table
-	Store *mysql.Store
-}
-
 // TableName is the source's table as its database quotes it.
-func (s *Source) TableName() string {
-	if s.MySQL != nil {
-		return s.MySQL.Table.String()
-	}
-	return s.Table.String()
+func (s *Source) TableName() string { return s.Table.String() }
+
+// Notifies says whether the source's database can wake the relay when
+// rows arrive (LISTEN/NOTIFY).
+func (s *Source) Notifies() bool {
+	_, ok := s.DB.(driver.Notifier)
+	return ok
 }
 
 // routeExtras checks each route's column and topic against the table and
@@ -141,22 +129,8 @@ func (a *App) ResolveEach(ctx context.Context) ([]*Source, []error) {
 
 func (a *App) resolveConfigSource(ctx context.Context, i int, cs config.Source) ([]*Source, error) {
 	path := fmt.Sprintf("sources[%d]", i)
-	if _, ok := a.mysqlDBs[cs.Database]; ok {
-		if cs.Discover != nil {
-			return nil, fmt.Errorf("%s.discover: discovery needs PostgreSQL; list MySQL tables one by one", path)
-		}
-		schema, table, err := layout.ParseTableName(cs.Table)
-		if err != nil {
-			return nil, fmt.Errorf("%s.table: %w", path, err)
-		}
-		s, err := a.resolveMySQLTable(ctx, i, cs, cs.Name, mysql.Table{Schema: schema, Name: table})
-		if err != nil {
-			return nil, err
-		}
-		return []*Source{s}, nil
-	}
-	pool := a.pools[cs.Database]
-	if pool == nil {
+	db, ok := a.dbs[cs.Database]
+	if !ok {
 		return nil, fmt.Errorf("%s.database: unknown database %q", path, cs.Database)
 	}
 	if cs.Discover == nil {
@@ -164,17 +138,21 @@ func (a *App) resolveConfigSource(ctx context.Context, i int, cs config.Source) 
 		if err != nil {
 			return nil, fmt.Errorf("%s.table: %w", path, err)
 		}
-		s, err := a.resolveTable(ctx, i, cs, cs.Name, postgres.Table{Schema: schema, Name: table})
+		s, err := a.resolveTable(ctx, i, cs, cs.Name, driver.TableName{Schema: schema, Name: table})
 		if err != nil {
 			return nil, err
 		}
 		return []*Source{s}, nil
 	}
+	d, ok := db.(driver.Discoverer)
+	if !ok {
+		return nil, fmt.Errorf("%s.discover: discovery needs PostgreSQL; list MySQL tables one by one", path)
+	}
 	re, err := regexp.Compile(cs.Discover.Schemas)
 	if err != nil {
 		return nil, fmt.Errorf("%s.discover.schemas: %w", path, err)
 	}
-	tables, err := postgres.Discover(ctx, pool, re, cs.Discover.Tables)
+	tables, err := d.Discover(ctx, re, cs.Discover.Tables)
 	if err != nil {
 		return nil, fmt.Errorf("%s.discover: %w", path, err)
 	}
@@ -189,17 +167,20 @@ func (a *App) resolveConfigSource(ctx context.Context, i int, cs config.Source) 
 	return out, nil
 }
 
-func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name string, t postgres.Table) (*Source, error) {
+// resolveTable checks a source's layout against its table and builds its
+// store. The driver's errors start with the field they are about.
+func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name string, tn driver.TableName) (*Source, error) {
 	path := fmt.Sprintf("sources[%d]", i)
-	pool := a.pools[cs.Database]
+	db := a.dbs[cs.Database]
 	merged, explicit, err := layout.Merge(cs.Preset, cs.Layout, cs.Topic)
 	if err != nil {
 		return nil, fieldErr(path, err)
 	}
-	cols, err := postgres.Columns(ctx, pool, t)
+	t, err := db.Table(ctx, tn)
 	if err != nil {
-		return nil, fmt.Errorf("%s.table: %w", path, err)
+		return nil, fmt.Errorf("%s.%w", path, err)
 	}
+	cols := t.Columns()
 	l, err := layout.Resolve(merged, explicit, t.String(), cols)
 	if err != nil {
 		return nil, fieldErr(path, err)
@@ -208,21 +189,17 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 	if err != nil {
 		return nil, err
 	}
-	if l.Queue != nil {
-		qs, err := a.newQueueSource(ctx, i, cs, name, t, l)
-		if err != nil {
-			return nil, err
-		}
-		return &Source{Name: name, Index: i, Config: cs, Pool: pool, DSN: a.cfg.Databases[cs.Database].DSN, Table: t, Layout: l,
-			Routes: routes, Store: qs, Queue: qs}, nil
+	st, err := t.Open(ctx, driver.SourceParams{Source: name, Layout: l, Ordering: cs.Ordering == nil || *cs.Ordering,
+		ClaimTimeout: cs.ClaimTimeout.D(), Metrics: a.metrics})
+	if err != nil {
+		return nil, fmt.Errorf("%s.%w", path, err)
 	}
-	ordering := cs.Ordering == nil || *cs.Ordering
-	st := postgres.New(pool, postgres.Options{Source: name, Table: t, RelaySchema: a.cfg.RelaySchema, Layout: l, Ordering: ordering,
-		ClaimTimeout: cs.ClaimTimeout.D()})
-	return &Source{
-		Name: name, Index: i, Config: cs, Pool: pool, DSN: a.cfg.Databases[cs.Database].DSN, Table: t, Layout: l, Routes: routes,
-		Store: st, PG: st, OrderGap: orderGap(cs, l, cols, true),
-	}, nil
+	s := &Source{Name: name, Index: i, Config: cs, DSN: a.cfg.Databases[cs.Database].DSN, Layout: l, Routes: routes,
+		Store: st, DB: db, Table: t}
+	if l.Queue == nil {
+		s.OrderGap = orderGap(cs, l, cols, t.StatementOrder())
+	}
+	return s, nil
 }
 
 // fieldErr prefixes a layout field error with the source's path.

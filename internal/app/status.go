@@ -2,16 +2,13 @@ package app
 
 import (
 	"context"
-	"database/sql"
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
-	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
 // SourceStatus is what `outbox-relay status` reports of one source, read
@@ -44,19 +41,6 @@ type SourceStatus struct {
 	Stuck string `json:"stuck,omitempty"`
 }
 
-// statusSQL reads every source's recorded state in one database; rs is the
-// quoted relay schema, now the database's clock in UTC.
-func statusSQL(rs, now, sinks string) string {
-	return `SELECT s.source, s.schema_name, s.table_name, COALESCE(l.owner, ''), COALESCE(l.term, 0),
-  COALESCE(l.expires_at > ` + now + `, FALSE), s.pending_events, s.lag_seconds, s.events_per_second,
-  s.last_claim_at, s.updated_at, ` + sinks + `,
-  (SELECT COUNT(*) FROM ` + rs + `.retry_state r WHERE r.source = s.source),
-  (SELECT COUNT(*) FROM ` + rs + `.failed_events f WHERE f.source = s.source AND f.replayed_at IS NULL),
-  ` + now + `
-FROM ` + rs + `.relay_state s LEFT JOIN ` + rs + `.leases l ON l.shard = s.source
-ORDER BY s.source`
-}
-
 // Status reads the state of every source of the configuration, as the
 // relays recorded it, and judges whether each is stuck.
 func (a *App) Status(ctx context.Context) ([]SourceStatus, error) {
@@ -68,74 +52,25 @@ func (a *App) Status(ctx context.Context) ([]SourceStatus, error) {
 			}
 		}
 	}) {
-		var got []SourceStatus
-		if my, ok := a.mysqlDBs[db]; ok {
-			rs := mysql.QuoteIdent(a.cfg.RelaySchema)
-			rows, err := my.QueryContext(ctx, statusSQL(rs, "UTC_TIMESTAMP(6)", "COALESCE(s.sink_states, '{}')"))
-			if err == nil {
-				got, err = scanStatus(rows, db)
-				_ = rows.Close()
-			}
-			if err != nil {
-				return nil, fmt.Errorf("databases.%s: read status: %w", db, err)
-			}
-		} else {
-			rs := postgres.QuoteIdent(a.cfg.RelaySchema)
-			rows, err := a.pools[db].Query(ctx, statusSQL(rs, "now()", "s.sink_states::text"))
-			if err == nil {
-				got, err = scanStatus(rows, db)
-				rows.Close()
-			}
-			if err != nil {
-				return nil, fmt.Errorf("databases.%s: read status: %w", db, err)
-			}
-		}
-		out = append(out, got...)
-	}
-	return a.judge(out), nil
-}
-
-// rowScanner is what scanStatus reads: database/sql's rows or pgx's.
-type rowScanner interface {
-	Next() bool
-	Scan(dest ...any) error
-	Err() error
-}
-
-func scanStatus(rows rowScanner, db string) ([]SourceStatus, error) {
-	var out []SourceStatus
-	for rows.Next() {
-		s := SourceStatus{Database: db}
-		var (
-			schema, table, sinks string
-			lastClaim, updated   sql.NullTime
-			now                  time.Time
-		)
-		if err := rows.Scan(&s.Source, &schema, &table, &s.Owner, &s.Term, &s.Held, &s.Pending, &s.OldestPendingSeconds,
-			&s.EventsPerSecond, &lastClaim, &updated, &sinks, &s.Retrying, &s.DeadLetters, &now); err != nil {
+		r, err := capability[driver.StatusReader](a, db, "read the relays' status")
+		if err != nil {
 			return nil, err
 		}
-		s.Table = table
-		if schema != "" {
-			s.Table = schema + "." + table
+		got, err := r.Status(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("databases.%s: read status: %w", db, err)
 		}
-		// The last claim is the relay's clock; the update time is the
-		// database's, shifted to this process's clock so that ages compare
-		// with time.Now.
-		if lastClaim.Valid {
-			t := lastClaim.Time
-			s.LastClaim = &t
+		for _, g := range got {
+			s := SourceStatus{Source: g.Source, Database: db, Table: g.Table, Owner: g.Owner, Term: g.Term, Held: g.Held,
+				Pending: g.Pending, OldestPendingSeconds: g.OldestPendingSeconds, EventsPerSecond: g.EventsPerSecond,
+				Retrying: g.Retrying, DeadLetters: g.DeadLetters, LastClaim: g.LastClaim, Updated: g.Updated, Sinks: g.Sinks}
+			if g.Schema != "" {
+				s.Table = g.Schema + "." + g.Table
+			}
+			out = append(out, s)
 		}
-		if updated.Valid {
-			t := updated.Time.Add(time.Since(now))
-			s.Updated = &t
-		}
-		if err := json.Unmarshal([]byte(sinks), &s.Sinks); err != nil {
-			return nil, fmt.Errorf("sink states of %s: %w", s.Source, err)
-		}
-		out = append(out, s)
 	}
-	return out, rows.Err()
+	return a.judge(out), nil
 }
 
 // judge keeps the sources of this configuration (a discovered source is

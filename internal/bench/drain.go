@@ -12,6 +12,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	// Registers the database drivers (postgres, mysql) that configurations name.
+	_ "github.com/outbox-relay/outbox-relay/internal/source/all"
 )
 
 // drain measures one table on PostgreSQL: the ceiling and the relay on a

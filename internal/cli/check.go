@@ -183,10 +183,10 @@ func (c *checker) source(ctx context.Context, s *app.Source) {
 	if s.OrderGap != "" {
 		c.say("source %s: order: WARNING %s", s.Name, s.OrderGap)
 	}
-	if s.MySQL != nil || s.Config.Notify == "off" {
+	if !s.Notifies() || s.Config.Notify == "off" {
 		return
 	}
-	if s.Queue != nil {
+	if s.Layout.Queue != nil {
 		if ch := s.Layout.Queue.Archive.Channel; ch != "" {
 			c.say("source %s: wake-ups: LISTEN on channel %s (the queue's own trigger), poll every %s at most", s.Name, ch, s.Config.Poll.Fallback)
 		}

@@ -13,7 +13,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/source"
-	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
 func newRetention(g *globals) *cobra.Command {
@@ -64,9 +63,9 @@ It prints one line per source and exits non-zero if any source failed.`,
 	f.Var(&age, "older-than", "delete rows settled longer ago than this (Go duration, or days: 30d); required")
 	f.StringVar(&only, "source", "", "only this source (a name from the config, or a discovered source's full name)")
 	f.BoolVar(&include, "include-dead", false, "also delete dead-lettered rows (their copies stay in failed_events)")
-	f.IntVar(&r.BatchSize, "batch-size", postgres.DefaultPurgeBatch, "rows deleted per transaction")
+	f.IntVar(&r.BatchSize, "batch-size", source.DefaultPurgeBatch, "rows deleted per transaction")
 	f.DurationVar(&r.Pause, "pause", 50*time.Millisecond, "pause between batches")
-	f.DurationVar(&r.LockTimeout, "lock-timeout", postgres.DefaultPurgeLockTimeout, "longest a batch waits for a lock before it is tried again")
+	f.DurationVar(&r.LockTimeout, "lock-timeout", source.DefaultPurgeLockTimeout, "longest a batch waits for a lock before it is tried again")
 	f.BoolVar(&dryRun, "dry-run", false, "count what would be deleted, delete nothing")
 	return cmd
 }

@@ -16,6 +16,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/buildinfo"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	// Registers the database drivers (postgres, mysql) that configurations name.
+	_ "github.com/outbox-relay/outbox-relay/internal/source/all"
 )
 
 // Execute runs the command line with args and returns the exit code.

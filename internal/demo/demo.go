@@ -23,6 +23,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	// Registers the database drivers (postgres, mysql) that configurations name.
+	_ "github.com/outbox-relay/outbox-relay/internal/source/all"
 )
 
 // DefaultDSN is the local PostgreSQL as the Debian package sets it up.

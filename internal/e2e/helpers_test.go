@@ -16,6 +16,8 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	// Registers the database drivers (postgres, mysql) that configurations name.
+	_ "github.com/outbox-relay/outbox-relay/internal/source/all"
 )
 
 func kafkaCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {

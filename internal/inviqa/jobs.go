@@ -14,6 +14,8 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	// Registers the database drivers (postgres, mysql) that configurations name.
+	_ "github.com/outbox-relay/outbox-relay/internal/source/all"
 )
 
 // CleanupAge is how long delivered rows are kept by the cleanup job, as by

@@ -2,7 +2,6 @@ package driver
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"regexp"
 	"time"
@@ -78,19 +77,6 @@ type PurgeParams struct {
 	Layout *layout.Layout
 	source.PurgeOptions
 }
-
-// ErrNoPrivilege is what Purge's error wraps when the role may not delete
-// from the table.
-var ErrNoPrivilege = errors.New("no privilege")
-
-// NoPrivilege marks a dialect's privilege error as ErrNoPrivilege, its
-// message unchanged.
-func NoPrivilege(err error) error { return noPrivilege{err} }
-
-type noPrivilege struct{ error }
-
-func (e noPrivilege) Unwrap() error        { return e.error }
-func (e noPrivilege) Is(target error) bool { return target == ErrNoPrivilege }
 
 // OptimizeReport is a table before and after Optimize.
 type OptimizeReport struct {

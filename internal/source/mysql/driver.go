@@ -36,7 +36,7 @@ func (Driver) Open(ctx context.Context, p driver.OpenParams) (driver.DB, error) 
 	}
 	// One per database and owner, shared by its sources: each holds a
 	// connection for its liveness lock.
-	return &myDB{db: pool, relayDB: p.RelaySchema, leases: NewLeases(pool, p.RelaySchema, p.Owner)}, nil
+	return &adaptedDB{db: pool, relayDB: p.RelaySchema, leases: NewLeases(pool, p.RelaySchema, p.Owner)}, nil
 }
 
 // NewMigrator returns the migrator of the relay database.
@@ -52,30 +52,30 @@ func (Driver) MigrateTable(ctx context.Context, dsn string, t driver.TableName, 
 	return MigrateTable(ctx, dsn, Table(t))
 }
 
-// myDB is an open MySQL or MariaDB database.
-type myDB struct {
+// adaptedDB is an open MySQL or MariaDB database.
+type adaptedDB struct {
 	db      *sql.DB
 	relayDB string
 	leases  *Leases
 }
 
 var (
-	_ driver.Leaser        = (*myDB)(nil)
-	_ driver.DeadLetters   = (*myDB)(nil)
-	_ driver.StatusReader  = (*myDB)(nil)
-	_ driver.SchemaChecker = (*myDB)(nil)
+	_ driver.Leaser        = (*adaptedDB)(nil)
+	_ driver.DeadLetters   = (*adaptedDB)(nil)
+	_ driver.StatusReader  = (*adaptedDB)(nil)
+	_ driver.SchemaChecker = (*adaptedDB)(nil)
 )
 
-func (db *myDB) Ping(ctx context.Context) error { return db.db.PingContext(ctx) }
+func (db *adaptedDB) Ping(ctx context.Context) error { return db.db.PingContext(ctx) }
 
 // Close gives up the liveness lock, then the connections.
-func (db *myDB) Close() error {
+func (db *adaptedDB) Close() error {
 	return errors.Join(db.leases.Close(), db.db.Close())
 }
 
-func (db *myDB) Leases() *lease.Leases { return db.leases.Leases }
+func (db *adaptedDB) Leases() *lease.Leases { return db.leases.Leases }
 
-func (db *myDB) Table(ctx context.Context, name driver.TableName) (driver.Table, error) {
+func (db *adaptedDB) Table(ctx context.Context, name driver.TableName) (driver.Table, error) {
 	t := Table(name)
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -84,50 +84,50 @@ func (db *myDB) Table(ctx context.Context, name driver.TableName) (driver.Table,
 	if err != nil {
 		return nil, fmt.Errorf("table: %w", err)
 	}
-	return &myTable{db: db, t: t, cols: cols}, nil
+	return &adaptedTable{db: db, t: t, cols: cols}, nil
 }
 
-func (db *myDB) ListFailed(ctx context.Context, f source.DLQFilter) ([]source.FailedEvent, error) {
+func (db *adaptedDB) ListFailed(ctx context.Context, f source.DLQFilter) ([]source.FailedEvent, error) {
 	return ListFailed(ctx, db.db, db.relayDB, f)
 }
 
-func (db *myDB) PurgeDead(ctx context.Context, ids []string, actor string) (int, error) {
+func (db *adaptedDB) PurgeDead(ctx context.Context, ids []string, actor string) (int, error) {
 	return PurgeDead(ctx, db.db, db.relayDB, ids, actor)
 }
 
-func (db *myDB) Status(ctx context.Context) ([]source.Recorded, error) {
+func (db *adaptedDB) Status(ctx context.Context) ([]source.Recorded, error) {
 	return Status(ctx, db.db, db.relayDB)
 }
 
-func (db *myDB) CheckRelaySchema(ctx context.Context) ([]string, error) {
+func (db *adaptedDB) CheckRelaySchema(ctx context.Context) ([]string, error) {
 	return CheckRelayDatabase(ctx, db.db, db.relayDB)
 }
 
-func (db *myDB) CanMigrate(ctx context.Context) (bool, error) {
+func (db *adaptedDB) CanMigrate(ctx context.Context) (bool, error) {
 	return CanMigrate(ctx, db.db, db.relayDB)
 }
 
-// myTable is an outbox table of a MySQL or MariaDB database.
-type myTable struct {
-	db   *myDB
+// adaptedTable is an outbox table of a MySQL or MariaDB database.
+type adaptedTable struct {
+	db   *adaptedDB
 	t    Table
 	cols []layout.Column
 }
 
 var (
-	_ driver.Retainer         = (*myTable)(nil)
-	_ driver.PrivilegeChecker = (*myTable)(nil)
+	_ driver.Retainer         = (*adaptedTable)(nil)
+	_ driver.PrivilegeChecker = (*adaptedTable)(nil)
 )
 
-func (t *myTable) Name() driver.TableName   { return driver.TableName(t.t) }
-func (t *myTable) String() string           { return t.t.String() }
-func (t *myTable) Columns() []layout.Column { return t.cols }
+func (t *adaptedTable) Name() driver.TableName   { return driver.TableName(t.t) }
+func (t *adaptedTable) String() string           { return t.t.String() }
+func (t *adaptedTable) Columns() []layout.Column { return t.cols }
 
 // StatementOrder: rows of one multi-row INSERT share what orders them
 // unless the table records an order.
-func (t *myTable) StatementOrder() bool { return false }
+func (t *adaptedTable) StatementOrder() bool { return false }
 
-func (t *myTable) Open(ctx context.Context, p driver.SourceParams) (source.Store, error) {
+func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.Store, error) {
 	index, err := ClaimIndex(ctx, t.db.db, t.t, p.Layout)
 	if err != nil {
 		return nil, fmt.Errorf("table: %w", err)
@@ -140,25 +140,22 @@ func (t *myTable) Open(ctx context.Context, p driver.SourceParams) (source.Store
 	return New(t.db.db, opts), nil
 }
 
-func (t *myTable) Purge(ctx context.Context, p driver.PurgeParams) (source.PurgeResult, error) {
+func (t *adaptedTable) Purge(ctx context.Context, p driver.PurgeParams) (source.PurgeResult, error) {
 	res, err := Purge(ctx, t.db.db, PurgeParams{
 		Source: p.Source, Table: t.t, RelayDatabase: t.db.relayDB, Layout: p.Layout,
 		OlderThan: p.OlderThan, IncludeDead: p.IncludeDead, DryRun: p.DryRun,
 		BatchSize: p.BatchSize, Pause: p.Pause, LockTimeout: p.LockTimeout,
 	})
-	if errors.Is(err, ErrNoPrivilege) {
-		err = driver.NoPrivilege(err)
-	}
 	return res, err
 }
 
-func (t *myTable) Optimize(ctx context.Context) (driver.OptimizeReport, error) {
+func (t *adaptedTable) Optimize(ctx context.Context) (driver.OptimizeReport, error) {
 	res, err := Optimize(ctx, t.db.db, t.t)
 	return driver.OptimizeReport{SizeBefore: res.Before.Total(), SizeAfter: res.After.Total(), Live: res.After.Rows, Took: res.Took,
 		Rebuilt: true, FreeBefore: res.Before.FreeBytes, FreeAfter: res.After.FreeBytes}, err
 }
 
-func (t *myTable) CheckPrivileges(ctx context.Context, need []string, updateCols ...string) (driver.Privileges, error) {
+func (t *adaptedTable) CheckPrivileges(ctx context.Context, need []string, updateCols ...string) (driver.Privileges, error) {
 	p, err := CheckPrivileges(ctx, t.db.db, t.t, need, updateCols...)
 	return driver.Privileges{Missing: p.Missing, Extra: p.Extra}, err
 }

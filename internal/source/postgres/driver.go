@@ -2,7 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -31,11 +30,11 @@ type QueueMode struct {
 
 // NewDriver returns the PostgreSQL driver; q serves the sources in state
 // mode queue.
-func NewDriver(q QueueMode) driver.Driver { return pgDriver{queue: q} }
+func NewDriver(q QueueMode) driver.Driver { return adaptedDriver{queue: q} }
 
-type pgDriver struct{ queue QueueMode }
+type adaptedDriver struct{ queue QueueMode }
 
-func (d pgDriver) Open(ctx context.Context, p driver.OpenParams) (driver.DB, error) {
+func (d adaptedDriver) Open(ctx context.Context, p driver.OpenParams) (driver.DB, error) {
 	pc, err := pgxpool.ParseConfig(p.DSN)
 	if err != nil {
 		return nil, &driver.FieldError{Field: "dsn", Err: err}
@@ -62,23 +61,23 @@ func (d pgDriver) Open(ctx context.Context, p driver.OpenParams) (driver.DB, err
 		pool.Close()
 		return nil, fmt.Errorf("connect: %w", err)
 	}
-	return &pgDB{pool: pool, dsn: p.DSN, schema: p.RelaySchema, queue: d.queue,
+	return &adaptedDB{pool: pool, dsn: p.DSN, schema: p.RelaySchema, queue: d.queue,
 		leases: NewLeases(pool, p.RelaySchema, p.Owner)}, nil
 }
 
-func (d pgDriver) NewMigrator(dsn, relaySchema string) (driver.Migrator, error) {
+func (d adaptedDriver) NewMigrator(dsn, relaySchema string) (driver.Migrator, error) {
 	return NewMigrator(dsn, relaySchema)
 }
 
-func (d pgDriver) MigrateTable(ctx context.Context, dsn string, t driver.TableName, queue bool) error {
+func (d adaptedDriver) MigrateTable(ctx context.Context, dsn string, t driver.TableName, queue bool) error {
 	if queue {
 		return d.queue.Migrate(ctx, dsn, t.Schema)
 	}
 	return MigrateTable(ctx, dsn, Table(t))
 }
 
-// pgDB is an open PostgreSQL database.
-type pgDB struct {
+// adaptedDB is an open PostgreSQL database.
+type adaptedDB struct {
 	pool   *pgxpool.Pool
 	dsn    string
 	schema string
@@ -87,33 +86,33 @@ type pgDB struct {
 }
 
 var (
-	_ driver.Leaser        = (*pgDB)(nil)
-	_ driver.Discoverer    = (*pgDB)(nil)
-	_ driver.Notifier      = (*pgDB)(nil)
-	_ driver.DeadLetters   = (*pgDB)(nil)
-	_ driver.StatusReader  = (*pgDB)(nil)
-	_ driver.SchemaChecker = (*pgDB)(nil)
+	_ driver.Leaser        = (*adaptedDB)(nil)
+	_ driver.Discoverer    = (*adaptedDB)(nil)
+	_ driver.Notifier      = (*adaptedDB)(nil)
+	_ driver.DeadLetters   = (*adaptedDB)(nil)
+	_ driver.StatusReader  = (*adaptedDB)(nil)
+	_ driver.SchemaChecker = (*adaptedDB)(nil)
 )
 
-func (db *pgDB) Ping(ctx context.Context) error { return db.pool.Ping(ctx) }
+func (db *adaptedDB) Ping(ctx context.Context) error { return db.pool.Ping(ctx) }
 
-func (db *pgDB) Close() error {
+func (db *adaptedDB) Close() error {
 	db.pool.Close()
 	return nil
 }
 
-func (db *pgDB) Leases() *lease.Leases { return db.leases }
+func (db *adaptedDB) Leases() *lease.Leases { return db.leases }
 
-func (db *pgDB) Table(ctx context.Context, name driver.TableName) (driver.Table, error) {
+func (db *adaptedDB) Table(ctx context.Context, name driver.TableName) (driver.Table, error) {
 	t := Table(name)
 	cols, err := Columns(ctx, db.pool, t)
 	if err != nil {
 		return nil, fmt.Errorf("table: %w", err)
 	}
-	return &pgTable{db: db, t: t, cols: cols}, nil
+	return &adaptedTable{db: db, t: t, cols: cols}, nil
 }
 
-func (db *pgDB) Discover(ctx context.Context, re *regexp.Regexp, names []string) ([]driver.TableName, error) {
+func (db *adaptedDB) Discover(ctx context.Context, re *regexp.Regexp, names []string) ([]driver.TableName, error) {
 	ts, err := Discover(ctx, db.pool, re, names)
 	out := make([]driver.TableName, len(ts))
 	for i, t := range ts {
@@ -122,58 +121,58 @@ func (db *pgDB) Discover(ctx context.Context, re *regexp.Regexp, names []string)
 	return out, err
 }
 
-func (db *pgDB) Listener(channel string, log *slog.Logger) driver.Listener {
-	return pgListener{NewListener(db.dsn, channel, log)}
+func (db *adaptedDB) Listener(channel string, log *slog.Logger) driver.Listener {
+	return adaptedListener{NewListener(db.dsn, channel, log)}
 }
 
-func (db *pgDB) ListFailed(ctx context.Context, f source.DLQFilter) ([]source.FailedEvent, error) {
+func (db *adaptedDB) ListFailed(ctx context.Context, f source.DLQFilter) ([]source.FailedEvent, error) {
 	return ListFailed(ctx, db.pool, db.schema, f)
 }
 
-func (db *pgDB) PurgeDead(ctx context.Context, ids []string, actor string) (int, error) {
+func (db *adaptedDB) PurgeDead(ctx context.Context, ids []string, actor string) (int, error) {
 	return PurgeDead(ctx, db.pool, db.schema, ids, actor)
 }
 
-func (db *pgDB) Status(ctx context.Context) ([]source.Recorded, error) {
+func (db *adaptedDB) Status(ctx context.Context) ([]source.Recorded, error) {
 	return Status(ctx, db.pool, db.schema)
 }
 
-func (db *pgDB) CheckRelaySchema(ctx context.Context) ([]string, error) {
+func (db *adaptedDB) CheckRelaySchema(ctx context.Context) ([]string, error) {
 	return CheckRelaySchema(ctx, db.pool, db.schema)
 }
 
-func (db *pgDB) CanMigrate(ctx context.Context) (bool, error) {
+func (db *adaptedDB) CanMigrate(ctx context.Context) (bool, error) {
 	return CanMigrate(ctx, db.pool, db.schema)
 }
 
-// pgListener is a Listener that subscribes by driver.TableName.
-type pgListener struct{ *Listener }
+// adaptedListener is a Listener that subscribes by driver.TableName.
+type adaptedListener struct{ *Listener }
 
-func (l pgListener) Subscribe(t driver.TableName) <-chan struct{} {
+func (l adaptedListener) Subscribe(t driver.TableName) <-chan struct{} {
 	return l.Listener.Subscribe(Table(t))
 }
 
-// pgTable is an outbox table of a PostgreSQL database.
-type pgTable struct {
-	db   *pgDB
+// adaptedTable is an outbox table of a PostgreSQL database.
+type adaptedTable struct {
+	db   *adaptedDB
 	t    Table
 	cols []layout.Column
 }
 
 var (
-	_ driver.Retainer         = (*pgTable)(nil)
-	_ driver.PrivilegeChecker = (*pgTable)(nil)
-	_ driver.Triggered        = (*pgTable)(nil)
+	_ driver.Retainer         = (*adaptedTable)(nil)
+	_ driver.PrivilegeChecker = (*adaptedTable)(nil)
+	_ driver.Triggered        = (*adaptedTable)(nil)
 )
 
-func (t *pgTable) Name() driver.TableName   { return driver.TableName(t.t) }
-func (t *pgTable) String() string           { return t.t.String() }
-func (t *pgTable) Columns() []layout.Column { return t.cols }
+func (t *adaptedTable) Name() driver.TableName   { return driver.TableName(t.t) }
+func (t *adaptedTable) String() string           { return t.t.String() }
+func (t *adaptedTable) Columns() []layout.Column { return t.cols }
 
 // StatementOrder: claims read rows in transaction (xid) and insert order.
-func (t *pgTable) StatementOrder() bool { return true }
+func (t *adaptedTable) StatementOrder() bool { return true }
 
-func (t *pgTable) Open(ctx context.Context, p driver.SourceParams) (source.Store, error) {
+func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.Store, error) {
 	if p.Layout.Queue != nil {
 		return t.db.queue.Open(ctx, t.db.pool, t.t, t.db.schema, p)
 	}
@@ -181,37 +180,34 @@ func (t *pgTable) Open(ctx context.Context, p driver.SourceParams) (source.Store
 		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout}), nil
 }
 
-func (t *pgTable) Purge(ctx context.Context, p driver.PurgeParams) (source.PurgeResult, error) {
+func (t *adaptedTable) Purge(ctx context.Context, p driver.PurgeParams) (source.PurgeResult, error) {
 	res, err := Purge(ctx, t.db.pool, PurgeParams{
 		Source: p.Source, Table: t.t, RelaySchema: t.db.schema, Layout: p.Layout,
 		OlderThan: p.OlderThan, IncludeDead: p.IncludeDead, DryRun: p.DryRun,
 		BatchSize: p.BatchSize, Pause: p.Pause, LockTimeout: p.LockTimeout,
 	})
-	if errors.Is(err, ErrNoPrivilege) {
-		err = driver.NoPrivilege(err)
-	}
 	return res, err
 }
 
-func (t *pgTable) Optimize(ctx context.Context) (driver.OptimizeReport, error) {
+func (t *adaptedTable) Optimize(ctx context.Context) (driver.OptimizeReport, error) {
 	res, err := Optimize(ctx, t.db.pool, t.t)
 	return driver.OptimizeReport{SizeBefore: res.Before.TotalBytes, SizeAfter: res.After.TotalBytes,
 		DeadBefore: res.Before.DeadTuples, DeadAfter: res.After.DeadTuples, Live: res.After.LiveTuples, Took: res.Took}, err
 }
 
-func (t *pgTable) CheckPrivileges(ctx context.Context, need []string, updateCols ...string) (driver.Privileges, error) {
+func (t *adaptedTable) CheckPrivileges(ctx context.Context, need []string, updateCols ...string) (driver.Privileges, error) {
 	p, err := CheckPrivileges(ctx, t.db.pool, t.t, need, updateCols...)
 	return driver.Privileges{Missing: p.Missing, Extra: p.Extra}, err
 }
 
-func (t *pgTable) HasTrigger(ctx context.Context) (bool, error) {
+func (t *adaptedTable) HasTrigger(ctx context.Context) (bool, error) {
 	return HasTrigger(ctx, t.db.pool, t.t, t.db.schema)
 }
 
-func (t *pgTable) CanInstallTrigger(ctx context.Context) (bool, error) {
+func (t *adaptedTable) CanInstallTrigger(ctx context.Context) (bool, error) {
 	return CanInstallTrigger(ctx, t.db.pool, t.t)
 }
 
-func (t *pgTable) InstallTrigger(ctx context.Context) error {
+func (t *adaptedTable) InstallTrigger(ctx context.Context) error {
 	return InstallTrigger(ctx, t.db.pool, t.t, t.db.schema)
 }
