@@ -11,9 +11,9 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
-// exactlyOnceLanes is how many transactional producers a source uses in
+// exactlyOnceProducers is how many transactional producers a source uses in
 // turn: a batch's transaction runs while the previous one commits.
-const exactlyOnceLanes = 2
+const exactlyOnceProducers = 2
 
 // exactlyOnce builds the workers of a source with delivery exactly_once:
 // each lease term gets a transactional producer of its own, whose id is
@@ -27,10 +27,10 @@ func (a *App) exactlyOnce(s *Source, opts relay.Options) func() *relay.Worker {
 	log := a.log.With("source", s.Name, "sink", s.Config.Sink)
 	return func() *relay.Worker {
 		o := opts
-		// Each lane's progress key is its transactional id: two
+		// Each producer's progress key is its transactional id: two
 		// deployments (relay schemas) with a source of the same name share
 		// a progress topic without reading each other's progress.
-		sh, err := kafka.NewLanes(sc, txnID, topic, exactlyOnceLanes, kafka.WithLogger(log), kafka.WithKgoOpts(a.kgoOpts...))
+		sh, err := kafka.NewShard(sc, txnID, topic, exactlyOnceProducers, kafka.WithLogger(log), kafka.WithKgoOpts(a.kgoOpts...))
 		if err != nil {
 			o.Recover = func(context.Context) error { return fmt.Errorf("exactly-once producer: %w", err) }
 			return relay.NewWorker(o)

@@ -42,12 +42,6 @@ func NewShard(cfg config.Sink, transactionalID, progressTopic string, n int, opt
 	return s, nil
 }
 
-// NewLanes is NewShard under its former name, kept while internal/app
-// calls it; remove it once app calls NewShard.
-func NewLanes(cfg config.Sink, transactionalID, progressTopic string, n int, opts ...Option) (*Shard, error) {
-	return NewShard(cfg, transactionalID, progressTopic, n, opts...)
-}
-
 // Producers is how many transactional producers the shard has.
 func (s *Shard) Producers() int { return len(s.producers) }
 

@@ -1,8 +1,6 @@
 package driver
 
 import (
-	"errors"
-	"fmt"
 	"slices"
 	"testing"
 )
@@ -29,20 +27,4 @@ func TestRegistry(t *testing.T) {
 		}
 	}()
 	Register("fake-registry", d)
-}
-
-// TestNoPrivilege: a dialect's privilege error marked NoPrivilege keeps
-// its message and its chain, and is ErrNoPrivilege.
-func TestNoPrivilege(t *testing.T) {
-	inner := errors.New("insufficient privilege")
-	err := NoPrivilege(fmt.Errorf("purge t: %w", inner))
-	if !errors.Is(err, ErrNoPrivilege) || !errors.Is(err, inner) {
-		t.Errorf("errors.Is: ErrNoPrivilege %v, inner %v", errors.Is(err, ErrNoPrivilege), errors.Is(err, inner))
-	}
-	if err.Error() != "purge t: insufficient privilege" {
-		t.Errorf("message %q changed", err.Error())
-	}
-	if errors.Is(errors.New("other"), ErrNoPrivilege) {
-		t.Error("an unmarked error is ErrNoPrivilege")
-	}
 }
