@@ -32,6 +32,9 @@
 //     failed_events is told so by name (for a Table that is a RoleTable:
 //     a capability a harness may lack).
 //
+// A store that differs by design (a claim that commits at once, one row of
+// a key at a time, a reaper) declares it as Capabilities (see caps.go).
+//
 // The suite uses short real backoffs (about a second) rather than fake
 // clocks, and the database's own clock decides when a retry is due.
 package sourcetest

@@ -36,7 +36,11 @@ func (s *suite) testHeldHead(t *testing.T) {
 		t.Fatalf("nothing claimed: %d rows of a key backing off kept every other key waiting", held)
 	}
 	defer release(t, b)
-	if got, want := ids(b), id[held:held+limit]; !slices.Equal(got, want) {
+	want := id[held : held+limit]
+	if s.caps.OneInFlightPerKey {
+		want = want[:1] // y's second row waits for its first's outcome
+	}
+	if got := ids(b); !slices.Equal(got, want) {
 		t.Fatalf("claimed %v, want key y's first rows %v (key x backs off)", got, want)
 	}
 }
