@@ -148,6 +148,11 @@ func (s *suite) testPerKeyOrder(t *testing.T) {
 	if got := ids(first); !slices.Equal(got, want) {
 		t.Fatalf("claimed %v, want %v", got, want)
 	}
+	// While a1 and b1 are in flight, a2 and b2 wait for them.
+	if o := claim(t, tbl.Open(t, Options{Source: src, Ordering: true}), 10); o != nil {
+		release(t, o)
+		t.Fatalf("claimed %v while the first rows of their keys are in flight", ids(o))
+	}
 	// a1 fails and backs off; b1 is published; a2 and b2 were deferred.
 	complete(t, first, source.Outcome{
 		Published: []int{1},
