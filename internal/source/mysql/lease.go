@@ -216,13 +216,12 @@ func (l *LeaseStore) update(ctx context.Context, set, cond string, args []any, s
 func (l *LeaseStore) EndOwner(ctx context.Context, p *lease.EndOwnerParams) error {
 	owner, warn := p.Owner, p.Warn
 	prefix := ownerConnPrefix(owner)
-	var since string // the server's clock, as INNODB_TRX reads it
-	if err := l.db.QueryRowContext(ctx, "SELECT CAST(NOW() AS CHAR)").Scan(&since); err != nil {
-		return fmt.Errorf("look for the previous owner's transactions: %w", err)
-	}
+	start := time.Now()
 	quiet := false
 	for {
-		ids, err := l.ownerTransactions(ctx, prefix, since)
+		// A transaction begun before the call has been open at least as
+		// long as the call (the server counts whole seconds).
+		ids, err := l.ownerTransactions(ctx, prefix, time.Since(start)-time.Second)
 		if err != nil {
 			var me *gomysql.MySQLError
 			if errors.As(err, &me) && (me.Number == 1227 || me.Number == 1142) {
@@ -230,8 +229,8 @@ func (l *LeaseStore) EndOwner(ctx context.Context, p *lease.EndOwnerParams) erro
 			}
 			return fmt.Errorf("look for the previous owner's transactions: %w", err)
 		}
-		// INNODB_TRX is a cache refreshed at most ten times a second: only
-		// two readings of none far enough apart mean none.
+		// A transaction seen open but not yet killed may be ending on
+		// its own: only two readings of none mean none.
 		if len(ids) == 0 {
 			if quiet {
 				return nil
@@ -248,30 +247,25 @@ func (l *LeaseStore) EndOwner(ctx context.Context, p *lease.EndOwnerParams) erro
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-time.After(150 * time.Millisecond):
+		case <-time.After(50 * time.Millisecond):
 		}
 	}
 }
 
 // ownerTransactions lists the connections of the owner named by prefix with
-// a transaction open since before since (INNODB_TRX counts whole seconds).
-func (l *LeaseStore) ownerTransactions(ctx context.Context, prefix, since string) ([]int64, error) {
-	rows, err := l.db.QueryContext(ctx, `SELECT t.trx_mysql_thread_id FROM information_schema.INNODB_TRX t
-WHERE t.trx_mysql_thread_id <> CONNECTION_ID() AND t.trx_started <= ?
-  AND IS_USED_LOCK(CONCAT(?, t.trx_mysql_thread_id)) = t.trx_mysql_thread_id`, since, prefix)
+// a transaction open for at least minAge.
+func (l *LeaseStore) ownerTransactions(ctx context.Context, prefix string, minAge time.Duration) ([]int64, error) {
+	open, err := openTransactions(ctx, l.db)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			return nil, err
+	var threads []int64
+	for _, t := range open {
+		if t.age >= minAge {
+			threads = append(threads, t.thread)
 		}
-		ids = append(ids, id)
 	}
-	return ids, rows.Err()
+	return ownerConnections(ctx, l.db, prefix, threads)
 }
 
 // WaitForOwner waits until no connection of owner has a transaction open
@@ -280,17 +274,15 @@ WHERE t.trx_mysql_thread_id <> CONNECTION_ID() AND t.trx_started <= ?
 // new owner's after a hand-over.
 //
 // An owner's connections are those OpenWith marked with its name
-// (ConnOptions.Owner); their transactions are found in INNODB_TRX, which
-// needs the PROCESS privilege. Without it, the wait lasts while the owner
+// (ConnOptions.Owner); their transactions are found in the InnoDB status,
+// which needs the PROCESS privilege (see openTransactions). Without it, the wait lasts while the owner
 // is alive at all (the caller bounds it).
 func (l *LeaseStore) WaitForOwner(ctx context.Context, owner string) error {
 	prefix := ownerConnPrefix(owner)
 	quiet := false
 	for {
-		var open int
-		err := l.db.QueryRowContext(ctx, `SELECT COUNT(*) FROM information_schema.INNODB_TRX t
-WHERE t.trx_mysql_thread_id <> CONNECTION_ID()
-  AND IS_USED_LOCK(CONCAT(?, t.trx_mysql_thread_id)) = t.trx_mysql_thread_id`, prefix).Scan(&open)
+		ids, err := l.ownerTransactions(ctx, prefix, 0)
+		open := len(ids)
 		if err != nil {
 			var me *gomysql.MySQLError
 			if !errors.As(err, &me) || (me.Number != 1227 && me.Number != 1142) {
@@ -305,8 +297,7 @@ WHERE t.trx_mysql_thread_id <> CONNECTION_ID()
 				open = 1
 			}
 		}
-		// INNODB_TRX is a cache refreshed at most ten times a second: only
-		// two readings of none far enough apart mean none.
+		// Only two readings of none mean none.
 		if open == 0 {
 			if quiet {
 				return nil

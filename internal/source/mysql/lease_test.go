@@ -117,3 +117,60 @@ func TestWaitForOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestEndOwnerSeesTransactionsWhileOthersPoll: EndOwner ends a transaction
+// the previous owner began while other sessions keep reading the server's
+// list of transactions. information_schema.INNODB_TRX is a cache refreshed
+// only once nobody has read it for a tenth of a second: with a session
+// polling it (another replica taking a shard over), it kept showing the
+// server as it was before the transaction began, and EndOwner returned
+// with the previous owner's claim still open.
+func TestEndOwnerSeesTransactionsWhileOthersPoll(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := newEnv(t)
+	e.exec(t, kafkaOutbox, "INSERT INTO kafka_outbox (topic, payload_json, `key`) VALUES ('t', '{}', 'k')")
+	sfx := mytest.Suffix()
+	ownerA, ownerC := "a-"+sfx, "c-"+sfx
+	aDB := e.open(t, mysql.ConnOptions{Owner: ownerA})
+	c := mysql.NewLeases(e.db, e.relayDB, ownerC)
+	defer c.Close()
+
+	poller := e.open(t, mysql.ConnOptions{})
+	polled := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ctx.Err() == nil; i++ {
+			var n int
+			_ = poller.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.INNODB_TRX").Scan(&n)
+			if i == 10 {
+				close(polled)
+			}
+			select {
+			case <-ctx.Done():
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	<-polled // the list has been read continuously for a while
+
+	tx, err := aDB.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	if _, err := tx.ExecContext(ctx, "SELECT id FROM kafka_outbox FOR UPDATE"); err != nil {
+		t.Fatal(err)
+	}
+	ectx, ecancel := context.WithTimeout(ctx, 10*time.Second)
+	defer ecancel()
+	if err := c.EndOwner(ectx, ownerA, "kafka_outbox", func(err error) { t.Log(err) }); err != nil {
+		t.Fatal(err)
+	}
+	if free := queryInt(t, e.db, "SELECT COUNT(*) FROM (SELECT id FROM kafka_outbox FOR UPDATE SKIP LOCKED) x"); free != 1 {
+		t.Fatalf("after EndOwner the previous owner's claim still holds its row (%d of 1 free)", free)
+	}
+}
