@@ -24,53 +24,7 @@ func ListFailed(ctx context.Context, db *sql.DB, relayDB string, f DLQFilter) ([
 	if relayDB == "" {
 		relayDB = DefaultRelayDatabase
 	}
-	var (
-		where []string
-		args  []any
-	)
-	in := func(col string, vals []string) {
-		where = append(where, col+" IN ("+placeholders(len(vals), "")+")")
-		for _, v := range vals {
-			args = append(args, v)
-		}
-	}
-	if len(f.IDs) > 0 {
-		in("CAST(id AS CHAR)", f.IDs)
-	}
-	if len(f.EventIDs) > 0 {
-		in("original_event_id", f.EventIDs)
-	}
-	if f.Source != "" {
-		where, args = append(where, "source = ?"), append(args, f.Source)
-	}
-	if f.EventType != "" {
-		where, args = append(where, "event_type = ?"), append(args, f.EventType)
-	}
-	if !f.Since.IsZero() {
-		where, args = append(where, "first_failed_at >= ?"), append(args, f.Since.UTC())
-	}
-	if f.Reason != "" {
-		where, args = append(where, "LOCATE(LOWER(?), LOWER(failure_reason)) > 0"), append(args, f.Reason)
-	}
-	if !f.IncludeReplayed {
-		where = append(where, "replayed_at IS NULL")
-	}
-	q := `SELECT CAST(id AS CHAR), original_event_id, source, source_schema, source_table, event_type, COALESCE(topic, ''),
-  failure_reason, failure_count, first_failed_at, last_failed_at, replayed_at, replay_count,
-  COALESCE(CAST(payload AS CHAR CHARACTER SET utf8mb4), payload_raw)
-FROM ` + QuoteIdent(relayDB) + `.failed_events`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	if f.Newest {
-		q += " ORDER BY last_failed_at DESC, id DESC"
-	} else {
-		q += " ORDER BY created_at, id"
-	}
-	if f.Limit > 0 {
-		q += " LIMIT ?"
-		args = append(args, f.Limit)
-	}
+	q, args := listFailedSQL(relayDB, f)
 	rows, err := db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list dead letters: %w", err)
@@ -114,16 +68,13 @@ func (s *Store) Replay(ctx context.Context, events []FailedEvent, actor string) 
 	} else if reset != "" {
 		sets = strings.TrimPrefix(sets+", "+reset, ", ")
 	}
-	update := ""
-	if sets != "" && l.Mode != "delete" {
-		update = "UPDATE " + s.opts.Table.String() + " SET " + sets + " WHERE " + QuoteIdent(l.ID.Name) + " = " + idValueSQL(l, "?")
-	}
+	rq := buildReplaySQL(l, s.opts.Table, s.opts.RelayDatabase, sets)
 	n := 0
 	for _, e := range events {
 		if e.Source != s.opts.Source {
 			return n, fmt.Errorf("replay %s: dead letter belongs to source %q, not %q", e.ID, e.Source, s.opts.Source)
 		}
-		if err := s.replayOne(ctx, e, update, actor); err != nil {
+		if err := s.replayOne(ctx, e, rq, actor); err != nil {
 			return n, fmt.Errorf("replay %s (event %s): %w", e.ID, e.OriginalEventID, err)
 		}
 		n++
@@ -131,8 +82,7 @@ func (s *Store) Replay(ctx context.Context, events []FailedEvent, actor string) 
 	return n, nil
 }
 
-func (s *Store) replayOne(ctx context.Context, e FailedEvent, update, actor string) error {
-	rs := QuoteIdent(s.opts.RelayDatabase)
+func (s *Store) replayOne(ctx context.Context, e FailedEvent, rq replaySQL, actor string) error {
 	table := s.opts.Table.String()
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
@@ -140,15 +90,14 @@ func (s *Store) replayOne(ctx context.Context, e FailedEvent, update, actor stri
 	}
 	defer func() { _ = tx.Rollback() }()
 	restored := false
-	if update != "" {
-		if _, err := tx.ExecContext(ctx, update, e.OriginalEventID); err != nil {
+	if rq.reset != "" {
+		if _, err := tx.ExecContext(ctx, rq.reset, e.OriginalEventID); err != nil {
 			return fmt.Errorf("reset row: %w", err)
 		}
 		// Rows matched, not changed, is what counts: a row already pending
 		// is there all the same.
 		var there int
-		if err := tx.QueryRowContext(ctx, "SELECT COUNT(*) FROM "+table+" WHERE "+QuoteIdent(s.opts.Layout.ID.Name)+" = "+
-			idValueSQL(s.opts.Layout, "?"), e.OriginalEventID).Scan(&there); err != nil {
+		if err := tx.QueryRowContext(ctx, rq.present, e.OriginalEventID).Scan(&there); err != nil {
 			return fmt.Errorf("reset row: %w", err)
 		}
 		restored = there > 0
@@ -166,8 +115,7 @@ func (s *Store) replayOne(ctx context.Context, e FailedEvent, update, actor stri
 			names = append(names, QuoteIdent(c.Name))
 			vals = append(vals, restoreSQL(c, "f.row_data"))
 		}
-		res, err := tx.ExecContext(ctx, "INSERT INTO "+table+" ("+strings.Join(names, ", ")+") SELECT "+strings.Join(vals, ", ")+
-			" FROM "+rs+".failed_events f WHERE f.id = ? AND f.row_data IS NOT NULL", e.ID)
+		res, err := tx.ExecContext(ctx, fmt.Sprintf(rq.restore, strings.Join(names, ", "), strings.Join(vals, ", ")), e.ID)
 		if err != nil {
 			if isPrivilegeError(err) {
 				return fmt.Errorf("restore deleted row (needs INSERT on %s): %w: %w", table, source.ErrNoPrivilege, err)
@@ -178,13 +126,13 @@ func (s *Store) replayOne(ctx context.Context, e FailedEvent, update, actor stri
 			return errors.New("restore deleted row: no copy of the row was kept")
 		}
 	}
-	if _, err := tx.ExecContext(ctx, "DELETE FROM "+rs+".retry_state WHERE source = ? AND event_id = ?", s.opts.Source, e.OriginalEventID); err != nil {
+	if _, err := tx.ExecContext(ctx, rq.clearRetry, s.opts.Source, e.OriginalEventID); err != nil {
 		return fmt.Errorf("clear retry state: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, "UPDATE "+rs+".failed_events SET replayed_at = "+now+", replay_count = replay_count + 1 WHERE id = ?", e.ID); err != nil {
+	if _, err := tx.ExecContext(ctx, rq.markReplayed, e.ID); err != nil {
 		return fmt.Errorf("mark replayed: %w", err)
 	}
-	if _, err := tx.ExecContext(ctx, "INSERT INTO "+rs+".failed_event_audit (failed_event_id, action, actor, detail, at) VALUES (?, 'replay', ?, ?, "+now+")",
+	if _, err := tx.ExecContext(ctx, rq.audit,
 		e.ID, actor, "event "+e.OriginalEventID+" back to pending in "+table); err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
@@ -215,7 +163,7 @@ func PurgeDead(ctx context.Context, db *sql.DB, relayDB string, ids []string, ac
 	if relayDB == "" {
 		relayDB = DefaultRelayDatabase
 	}
-	rs := QuoteIdent(relayDB)
+	pq := buildPurgeDeadSQL(relayDB)
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {
 		return 0, fmt.Errorf("purge dead letters: %w", err)
@@ -224,17 +172,17 @@ func PurgeDead(ctx context.Context, db *sql.DB, relayDB string, ids []string, ac
 	n := 0
 	for _, id := range ids {
 		var event, src string
-		err := tx.QueryRowContext(ctx, "SELECT original_event_id, source FROM "+rs+".failed_events WHERE CAST(id AS CHAR) = ? AND replayed_at IS NULL FOR UPDATE", id).Scan(&event, &src)
+		err := tx.QueryRowContext(ctx, pq.lock, id).Scan(&event, &src)
 		if errors.Is(err, sql.ErrNoRows) {
 			continue
 		}
 		if err != nil {
 			return 0, fmt.Errorf("purge dead letters: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, "DELETE FROM "+rs+".failed_events WHERE id = ?", id); err != nil {
+		if _, err := tx.ExecContext(ctx, pq.del, id); err != nil {
 			return 0, fmt.Errorf("purge dead letters: %w", err)
 		}
-		if _, err := tx.ExecContext(ctx, "INSERT INTO "+rs+".failed_event_audit (failed_event_id, action, actor, detail, at) VALUES (?, 'purge', ?, ?, "+now+")",
+		if _, err := tx.ExecContext(ctx, pq.audit,
 			id, actor, "event "+event+" of source "+src+" deleted from the dead letters"); err != nil {
 			return 0, fmt.Errorf("purge dead letters: audit: %w", err)
 		}

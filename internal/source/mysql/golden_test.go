@@ -80,14 +80,16 @@ func TestGoldenSQL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "mysql", g.preset+".sql.golden"), goldenSQL(l, tbl, index))
+			st := &Store{db: db, opts: Options{Table: tbl, Layout: l}}
+			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "mysql", g.preset+".sql.golden"), goldenSQL(ctx, t, st, index))
 		})
 	}
 }
 
 // goldenSQL renders every statement of a store of layout l on table t.
-func goldenSQL(l *layout.Layout, tbl Table, index string) string {
+func goldenSQL(ctx context.Context, t *testing.T, st *Store, index string) string {
 	const relayDB = "outbox_relay"
+	l, tbl := st.opts.Layout, st.opts.Table
 	var f sourcetest.SQLFile
 	add := f.Add
 	for _, ordering := range []bool{true, false} {
@@ -112,9 +114,51 @@ func goldenSQL(l *layout.Layout, tbl Table, index string) string {
 	} else {
 		add("retention: purge", "-- "+err.Error())
 	}
+	if sw, err := purgeSweep(l, tbl, relayDB, index, false, 3600e6); err == nil {
+		add("retention: purge find, dead letters kept", sw.find)
+	}
 	fe := failedEventsSweep(tbl, relayDB, 3600e6)
 	add("retention: dead letters find", fe.find)
+	add("retention: dead letters find after", fe.findAfter)
+	add("retention: dead letters lock", fe.lock)
+	add("retention: dead letters delete", strings.Join(fe.deletes, ";\n"))
+	add("retention: dead letters count beside", fe.besideOf)
 	rs := retryStateSweep(l, tbl, relayDB, "src")
 	add("retention: retry state find", rs.find)
+	add("retention: retry state find after", rs.findAfter)
+	add("retention: retry state lock", rs.lock)
+	add("retention: retry state delete", strings.Join(rs.deletes, ";\n"))
+	for _, df := range sourcetest.GoldenDLQFilters {
+		q, args := listFailedSQL(relayDB, df.Filter)
+		add(fmt.Sprintf("dead letters: list, %s (args %v)", df.Name, args), q)
+	}
+	s := buildStatements(l, tbl.String(), relayDB, true, 60*time.Second, index)
+	sets := s.pendingValues
+	if reset, err := st.errorReset(ctx); err != nil {
+		t.Fatal(err)
+	} else if reset != "" {
+		sets = strings.TrimPrefix(sets+", "+reset, ", ")
+	}
+	rq := buildReplaySQL(l, tbl, relayDB, sets)
+	cols, err := st.tableColumns(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names, vals []string
+	for _, c := range cols {
+		if !c.Generated {
+			names, vals = append(names, QuoteIdent(c.Name)), append(vals, restoreSQL(c, "f.row_data"))
+		}
+	}
+	add("dead letters: replay, reset the row", rq.reset)
+	add("dead letters: replay, is the row there", rq.present)
+	add("dead letters: replay, restore the deleted row", fmt.Sprintf(rq.restore, strings.Join(names, ", "), strings.Join(vals, ", ")))
+	add("dead letters: replay, clear retry state", rq.clearRetry)
+	add("dead letters: replay, mark replayed", rq.markReplayed)
+	add("dead letters: replay, audit", rq.audit)
+	pq := buildPurgeDeadSQL(relayDB)
+	add("dead letters: purge, lock", pq.lock)
+	add("dead letters: purge, delete", pq.del)
+	add("dead letters: purge, audit", pq.audit)
 	return f.String()
 }

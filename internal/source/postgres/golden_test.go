@@ -91,7 +91,24 @@ func goldenSQL(t *testing.T, l *layout.Layout, tbl Table) string {
 	}
 	fe := failedEventsSweep(tbl, relaySchema, 3600)
 	add("retention: dead letters first batch", fe.first)
+	add("retention: dead letters next batch", fe.next)
+	add("retention: dead letters count", fe.count)
 	rs := retryStateSweep(l, tbl, relaySchema, "src")
 	add("retention: retry state first batch", rs.first)
+	add("retention: retry state next batch", rs.next)
+	add("retention: retry state count", rs.count)
+	for _, df := range sourcetest.GoldenDLQFilters {
+		q, args := listFailedSQL(relaySchema, df.Filter)
+		add(fmt.Sprintf("dead letters: list, %s (args %v)", df.Name, args), q)
+	}
+	s := buildStatements(l, tbl.String(), relaySchema, true, 60*time.Second)
+	rq := buildReplaySQL(l, tbl, relaySchema, s.pendingValues)
+	add("dead letters: replay, reset the row", rq.reset)
+	add("dead letters: replay, restore the deleted row", rq.restore)
+	add("dead letters: replay, clear retry state", rq.clearRetry)
+	add("dead letters: replay, mark replayed", rq.markReplayed)
+	add("dead letters: replay, audit", rq.audit)
+	add("dead letters: replay, wake the relay", rq.wake)
+	add("dead letters: purge", purgeDeadSQL(relaySchema))
 	return f.String()
 }

@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden SQL files")
@@ -36,6 +39,18 @@ func Golden(t *testing.T, path, got string) {
 	if string(want) != got {
 		t.Errorf("the SQL differs from %s (go test -run GoldenSQL -args -update rewrites it):\n%s", path, lineDiff(string(want), got))
 	}
+}
+
+// GoldenDLQFilters are the dead-letter selections whose list statement the
+// golden files show: none, and every filter at once.
+var GoldenDLQFilters = []struct {
+	Name   string
+	Filter source.DLQFilter
+}{
+	{"no filter", source.DLQFilter{}},
+	{"every filter", source.DLQFilter{IDs: []string{"1", "2"}, EventIDs: []string{"e1"}, Source: "src", EventType: "order.placed",
+		Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), IncludeReplayed: false, Reason: "Timeout", Newest: true, Limit: 10}},
+	{"replayed too, oldest first", source.DLQFilter{Source: "src", IncludeReplayed: true}},
 }
 
 // SQLFile collects named statements in the golden files' format.
