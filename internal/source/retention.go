@@ -38,9 +38,3 @@ type PurgeResult struct {
 	// delete): the outbox table was left alone.
 	KeptByLayout bool
 }
-
-// The defaults of a retention run, which every store's Purge shares.
-const (
-	DefaultPurgeBatch       = 1000
-	DefaultPurgeLockTimeout = 2 * time.Second
-)

@@ -19,12 +19,9 @@ import (
 
 // Retention defaults.
 const (
-	DefaultPurgeBatch       = 1000
-	DefaultPurgeLockTimeout = 2 * time.Second
-	DefaultPurgeStmtTimeout = time.Minute
-	// purgeLockRetries is how many batches in a row may give up on a lock
-	// before Purge fails.
-	purgeLockRetries = 5
+	DefaultPurgeBatch       = source.DefaultPurgeBatch
+	DefaultPurgeLockTimeout = source.DefaultPurgeLockTimeout
+	DefaultPurgeStmtTimeout = source.DefaultPurgeStmtTimeout
 )
 
 // PurgeParams say which rows Purge deletes and how fast.
@@ -75,80 +72,52 @@ type PurgeResult = source.PurgeResult
 //
 // On error the result counts what was deleted before it.
 func Purge(ctx context.Context, db *sql.DB, p PurgeParams) (PurgeResult, error) {
-	var res PurgeResult
-	if p.OlderThan < 0 {
-		return res, fmt.Errorf("purge %s: negative age %s", p.Table, p.OlderThan)
-	}
 	if p.Layout == nil {
-		return res, fmt.Errorf("purge %s: layout not resolved", p.Table)
+		return PurgeResult{}, fmt.Errorf("purge %s: layout not resolved", p.Table)
 	}
 	if err := p.Table.Validate(); err != nil {
-		return res, fmt.Errorf("purge: %w", err)
+		return PurgeResult{}, fmt.Errorf("purge: %w", err)
 	}
 	if p.RelayDatabase == "" {
 		p.RelayDatabase = DefaultRelayDatabase
 	}
 	if err := ValidateIdent("relay_database", p.RelayDatabase); err != nil {
-		return res, fmt.Errorf("purge %s: %w", p.Table, err)
+		return PurgeResult{}, fmt.Errorf("purge %s: %w", p.Table, err)
 	}
-	p.BatchSize = cmpOr(p.BatchSize, DefaultPurgeBatch)
-	p.LockTimeout = cmpOr(p.LockTimeout, DefaultPurgeLockTimeout)
-	p.StatementTimeout = cmpOr(p.StatementTimeout, DefaultPurgeStmtTimeout)
-	micros := p.OlderThan.Microseconds()
+	p.LockTimeout, p.StatementTimeout = source.PurgeTimeouts(p.LockTimeout, p.StatementTimeout)
 	secs := strconv.Itoa(max(1, int(math.Ceil(p.LockTimeout.Seconds()))))
-	r := &purger{db: db, p: p,
+	d := &purgeDriver{db: db, p: p, micros: p.OlderThan.Microseconds(),
 		setTimeouts:   "SET SESSION innodb_lock_wait_timeout = " + secs + ", lock_wait_timeout = " + secs,
 		resetTimeouts: "SET SESSION innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT"}
-
-	if p.Layout.Mode == "delete" {
-		res.KeptByLayout = true
-	} else {
-		index, err := keyIndex(ctx, db, p.Table, p.Layout.ID.Name)
-		if err != nil {
-			return res, fmt.Errorf("purge %s: %w", p.Table, err)
-		}
-		sw, err := purgeSweep(p.Layout, p.Table, p.RelayDatabase, index, p.IncludeDead, micros)
-		if err != nil {
-			return res, fmt.Errorf("purge %s: %w", p.Table, err)
-		}
-		t, err := r.run(ctx, sw)
-		res.Published, res.Dead, res.Batches = t.deleted-t.dead, t.dead, t.batches
-		if err != nil {
-			return res, fmt.Errorf("purge %s: %w", p.Table, err)
-		}
-	}
-	t, err := r.run(ctx, failedEventsSweep(p.Table, p.RelayDatabase, micros))
-	res.FailedEvents, res.Audit = t.deleted, t.beside
-	if err != nil {
-		return res, fmt.Errorf("prune %s.failed_events of %s: %w", p.RelayDatabase, p.Table, err)
-	}
-	t, err = r.run(ctx, retryStateSweep(p.Layout, p.Table, p.RelayDatabase, p.Source))
-	res.RetryState = t.deleted
-	if err != nil {
-		return res, fmt.Errorf("prune %s.retry_state of %s: %w", p.RelayDatabase, p.Source, err)
-	}
-	return res, nil
+	return source.Purge(ctx, d, source.PurgeRun{
+		Table: p.Table.String(), Relay: p.RelayDatabase, Source: p.Source, KeptRows: p.Layout.Mode == "delete",
+		PurgeOptions: source.PurgeOptions{OlderThan: p.OlderThan, IncludeDead: p.IncludeDead, DryRun: p.DryRun,
+			BatchSize: p.BatchSize, Pause: p.Pause},
+	})
 }
 
-func cmpOr[T int | time.Duration](v, def T) T {
-	if v <= 0 {
-		return def
-	}
-	return v
-}
-
-// purger runs sweeps in batches.
-type purger struct {
+// purgeDriver runs a retention run's batches on MySQL and MariaDB.
+type purgeDriver struct {
 	db                         *sql.DB
 	p                          PurgeParams
+	micros                     int64 // the age, in microseconds
 	setTimeouts, resetTimeouts string
 }
 
-// totals add up a sweep's batches. For a dry run deleted and its parts are
-// what would be deleted.
-type totals struct {
-	deleted, dead, beside int64
-	batches               int
+func (d *purgeDriver) OutboxSweep(ctx context.Context, includeDead bool) (sweep, error) {
+	index, err := keyIndex(ctx, d.db, d.p.Table, d.p.Layout.ID.Name)
+	if err != nil {
+		return sweep{}, err
+	}
+	return purgeSweep(d.p.Layout, d.p.Table, d.p.RelayDatabase, index, includeDead, d.micros)
+}
+
+func (d *purgeDriver) DeadLetterSweep() sweep {
+	return failedEventsSweep(d.p.Table, d.p.RelayDatabase, d.micros)
+}
+
+func (d *purgeDriver) RetryStateSweep() sweep {
+	return retryStateSweep(d.p.Layout, d.p.Table, d.p.RelayDatabase, d.p.Source)
 }
 
 // candidate is a row a batch found to delete.
@@ -157,69 +126,41 @@ type candidate struct {
 	dead bool
 }
 
-// run deletes what sw selects, batch after batch, each starting after the
-// key the previous one ended at, until a batch finds fewer rows than it
-// may take. A dry run goes through the same candidates and deletes none.
-func (r *purger) run(ctx context.Context, sw sweep) (totals, error) {
-	var (
-		t       totals
-		cursor  *string
-		retries int
-	)
-	for {
-		if t.batches > 0 || retries > 0 {
-			if err := sleep(ctx, r.p.Pause); err != nil {
-				return t, err
-			}
-		}
-		b, err := r.batch(ctx, sw, cursor)
-		if err != nil {
-			if isLockTimeout(err) && retries < purgeLockRetries && ctx.Err() == nil {
-				retries++
-				continue
-			}
-			if isPrivilegeError(err) {
-				return t, fmt.Errorf("batch %d: %w: %w", t.batches+1, source.ErrNoPrivilege, err)
-			}
-			return t, fmt.Errorf("batch %d: %w", t.batches+1, err)
-		}
-		retries = 0
-		t.batches++
-		t.deleted += b.deleted
-		t.dead += b.dead
-		t.beside += b.beside
-		if b.found < r.p.BatchSize || b.last == "" {
-			return t, nil
-		}
-		cursor = &b.last
+// PurgeBatch runs one batch; a refused grant is wrapped in source.ErrNoPrivilege.
+func (d *purgeDriver) PurgeBatch(ctx context.Context, sw sweep, cursor *string, limit int, dryRun bool) (source.PurgeBatch, error) {
+	b, err := d.batch(ctx, sw, cursor, limit, dryRun)
+	if err != nil && isPrivilegeError(err) {
+		return b, fmt.Errorf("%w: %w", source.ErrNoPrivilege, err)
 	}
+	return b, err
 }
 
-// batchResult is what one batch found and deleted.
-type batchResult struct {
-	found                 int
-	last                  string // the last key found
-	deleted, dead, beside int64
+// IsLockTimeout says whether a statement gave up waiting for a lock, a
+// row's or a table's (both are error 1205).
+func (*purgeDriver) IsLockTimeout(err error) bool {
+	me, ok := errors.AsType[*gomysql.MySQLError](err)
+	return ok && me.Number == 1205
 }
 
 // batch runs one batch on a connection of its own, whose lock timeouts it
-// sets and puts back; the batch's statements share one transaction.
-func (r *purger) batch(ctx context.Context, sw sweep, cursor *string) (batchResult, error) {
-	var b batchResult
-	ctx, cancel := context.WithTimeout(ctx, r.p.StatementTimeout)
+// sets and puts back; the batch's statements share one transaction. A dry
+// run goes through the same candidates and deletes none.
+func (d *purgeDriver) batch(ctx context.Context, sw sweep, cursor *string, limit int, dryRun bool) (source.PurgeBatch, error) {
+	var b source.PurgeBatch
+	ctx, cancel := context.WithTimeout(ctx, d.p.StatementTimeout)
 	defer cancel()
-	conn, err := r.db.Conn(ctx)
+	conn, err := d.db.Conn(ctx)
 	if err != nil {
 		return b, fmt.Errorf("connection: %w", err)
 	}
 	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, r.setTimeouts); err != nil {
+	if _, err := conn.ExecContext(ctx, d.setTimeouts); err != nil {
 		return b, fmt.Errorf("set lock timeouts: %w", err)
 	}
 	defer func() {
 		// A connection whose timeouts could not be put back is not
 		// handed back to the pool.
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), r.resetTimeouts); err != nil {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), d.resetTimeouts); err != nil {
 			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
 		}
 	}()
@@ -229,15 +170,15 @@ func (r *purger) batch(ctx context.Context, sw sweep, cursor *string) (batchResu
 	}
 	defer func() { _ = tx.Rollback() }()
 
-	cands, err := r.find(ctx, tx, sw, cursor)
+	cands, err := find(ctx, tx, sw, cursor, limit)
 	if err != nil {
 		return b, fmt.Errorf("find: %w", err)
 	}
-	b.found = len(cands)
-	if b.found == 0 {
+	b.Found = len(cands)
+	if b.Found == 0 {
 		return b, nil
 	}
-	b.last = cands[len(cands)-1].key
+	b.Last = cands[len(cands)-1].key
 	if sw.keep != nil {
 		keys := make([]string, len(cands))
 		for i, c := range cands {
@@ -259,16 +200,16 @@ func (r *purger) batch(ctx context.Context, sw sweep, cursor *string) (batchResu
 		dead[c.key] = c.dead
 	}
 
-	if r.p.DryRun {
-		b.deleted = int64(len(keys))
+	if dryRun {
+		b.Deleted = int64(len(keys))
 		for _, k := range keys {
 			if dead[k] {
-				b.dead++
+				b.Dead++
 			}
 		}
 		if sw.besideOf != "" {
 			if err := tx.QueryRowContext(ctx, fmt.Sprintf(sw.besideOf, placeholders(len(keys), sw.delWrap)),
-				keyArgs(nil, keys)...).Scan(&b.beside); err != nil {
+				keyArgs(nil, keys)...).Scan(&b.Beside); err != nil {
 				return b, fmt.Errorf("count: %w", err)
 			}
 		}
@@ -303,15 +244,15 @@ func (r *purger) batch(ctx context.Context, sw sweep, cursor *string) (batchResu
 				return b, fmt.Errorf("delete: %w", err)
 			}
 			if i == 0 {
-				b.deleted += n
+				b.Deleted += n
 			} else {
-				b.beside += n
+				b.Beside += n
 			}
 		}
 	}
 	for _, k := range locked {
 		if dead[k] {
-			b.dead++
+			b.Dead++
 		}
 	}
 	if err := tx.Commit(); err != nil {
@@ -320,13 +261,13 @@ func (r *purger) batch(ctx context.Context, sw sweep, cursor *string) (batchResu
 	return b, nil
 }
 
-// find returns a batch's candidates, after cursor.
-func (r *purger) find(ctx context.Context, tx *sql.Tx, sw sweep, cursor *string) ([]candidate, error) {
+// find returns a batch's candidates, at most limit, after cursor.
+func find(ctx context.Context, tx *sql.Tx, sw sweep, cursor *string, limit int) ([]candidate, error) {
 	q, args := sw.find, append([]any(nil), sw.args...)
 	if cursor != nil {
 		q, args = sw.findAfter, append(args, *cursor)
 	}
-	args = append(args, r.p.BatchSize)
+	args = append(args, limit)
 	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, err
@@ -341,25 +282,4 @@ func (r *purger) find(ctx context.Context, tx *sql.Tx, sw sweep, cursor *string)
 		out = append(out, c)
 	}
 	return out, rows.Err()
-}
-
-// isLockTimeout says whether a statement gave up waiting for a lock, a
-// row's or a table's (both are error 1205).
-func isLockTimeout(err error) bool {
-	me, ok := errors.AsType[*gomysql.MySQLError](err)
-	return ok && me.Number == 1205
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-tm.C:
-		return nil
-	}
 }

@@ -5,14 +5,14 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
 // ErrNoAge is returned by Purge for a layout whose table has no column that
 // dates a row (no published-at and no created-at column).
-var ErrNoAge = errors.New("the layout has no published-at or created-at column to date rows by")
+var ErrNoAge = sqlcore.ErrNoAge
 
 // cutoffSQL is the moment before which a row is old enough; the argument
 // is the age in microseconds, measured by the database's clock in UTC, as
@@ -22,63 +22,21 @@ const cutoffSQL = "(" + now + " - INTERVAL ? MICROSECOND)"
 // retentionPredicates returns, for alias o of the table, the condition of a
 // settled row as the row itself says (delivered or dead-lettered), the
 // conditions of a delivered and of a dead-lettered row, and the expression
-// that dates a settled row: when it was published, else when it was
-// created. Rows matching none (pending, claimed, in backoff, any state the
-// layout does not name) are never selected.
-//
-// Where the row records a dead letter (a failed status, an errored flag)
-// that tells the two apart. Where it does not (a flag or a timestamp set for
-// both), a row is a dead letter while failed_events holds an open (not
-// replayed) entry for it; settled then leaves that test out, so that it can
-// be checked again in a locking read without reading failed_events.
+// that dates a settled row (see sqlcore.SQL.Retention). Where the row does
+// not record its dead letters, an open dead letter is one in failed_events
+// not yet replayed; settled leaves that test out, so that it can be checked
+// again in a locking read without reading failed_events.
 func retentionPredicates(l *layout.Layout, t Table, relayDB string) (settled, delivered, dead, age string, err error) {
-	var dates []string
-	switch {
-	case l.PublishedAt != "" && l.Mode == "timestamp" && l.Errored.Name == "":
-		// A dead letter's timestamp is the dead-letter mark, not a date.
-		dates = append(dates, "NULLIF("+sq.Col("o", l.PublishedAt)+", '"+layout.DeadLetterMark+"')")
-	case l.PublishedAt != "":
-		dates = append(dates, sq.Col("o", l.PublishedAt))
-	}
-	if l.CreatedAt != "" {
-		dates = append(dates, sq.Col("o", l.CreatedAt))
-	}
-	switch len(dates) {
-	case 0:
-		return "", "", "", "", ErrNoAge
-	case 1:
-		age = dates[0]
-	default:
-		age = "COALESCE(" + strings.Join(dates, ", ") + ")"
-	}
-
-	switch l.Mode {
-	case "status":
-		delivered = sq.Col("o", l.Status) + " = " + quoteLiteral(l.Published)
-		dead = sq.Col("o", l.Status) + " = " + quoteLiteral(l.Failed)
-		return "(" + delivered + " OR " + dead + ")", delivered, dead, age, nil
-	case "flag":
-		settled = sq.Col("o", l.Flag) + " = TRUE"
-	case "timestamp":
-		settled = sq.Col("o", l.PublishedAt) + " IS NOT NULL"
-	default:
-		return "", "", "", "", errors.New("layout mode " + l.Mode + " keeps no settled rows")
-	}
-	if l.Errored.Name != "" {
-		errored := sq.Col("o", l.Errored.Name)
-		delivered = "(" + settled + " AND " + errored + " = " + l.ErroredValue(false) + ")"
-		// A dead letter is errored whatever the state column says.
-		dead = errored + " = " + l.ErroredValue(true)
-		return "(" + delivered + " OR " + dead + ")", delivered, dead, age, nil
-	}
-	schema := quoteLiteral(t.Schema)
-	if t.Schema == "" {
-		schema = "COALESCE(DATABASE(), '')"
-	}
-	open := "EXISTS (SELECT 1 FROM " + QuoteIdent(relayDB) + ".failed_events f WHERE f.original_event_id = " +
-		idTextSQL(l, "o") + binCollation + " AND f.source_schema = " + schema + " AND f.source_table = " +
-		quoteLiteral(t.Name) + " AND f.replayed_at IS NULL)"
-	return settled, "(" + settled + " AND NOT " + open + ")", "(" + settled + " AND " + open + ")", age, nil
+	st, err := sq.Retention(l, "o", func(expr string) string { return expr }, func() string {
+		schema := quoteLiteral(t.Schema)
+		if t.Schema == "" {
+			schema = "COALESCE(DATABASE(), '')"
+		}
+		return "EXISTS (SELECT 1 FROM " + QuoteIdent(relayDB) + ".failed_events f WHERE f.original_event_id = " +
+			idTextSQL(l, "o") + binCollation + " AND f.source_schema = " + schema + " AND f.source_table = " +
+			quoteLiteral(t.Name) + " AND f.replayed_at IS NULL)"
+	})
+	return st.Settled, st.Delivered, st.Dead, st.Age, err
 }
 
 // keyIndex names the index the purge's locking reads go by: the primary

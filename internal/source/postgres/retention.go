@@ -17,12 +17,9 @@ import (
 
 // Retention defaults.
 const (
-	DefaultPurgeBatch       = 1000
-	DefaultPurgeLockTimeout = 2 * time.Second
-	DefaultPurgeStmtTimeout = time.Minute
-	// purgeLockRetries is how many batches in a row may give up on a lock
-	// before Purge fails.
-	purgeLockRetries = 5
+	DefaultPurgeBatch       = source.DefaultPurgeBatch
+	DefaultPurgeLockTimeout = source.DefaultPurgeLockTimeout
+	DefaultPurgeStmtTimeout = source.DefaultPurgeStmtTimeout
 )
 
 // PurgeParams say which rows Purge deletes and how fast.
@@ -61,143 +58,77 @@ type PurgeResult = source.PurgeResult
 // with p.IncludeDead a dead-lettered one. Pending rows, rows in backoff and
 // rows claimed by a relay are never touched. It also prunes the relay's own
 // tables for the source: dead letters replayed before the cutoff with their
-// audit rows, and retry state of events no longer in the table.
+// audit rows, and retry state of events no longer in the table. The run
+// itself is source.Purge's; this package supplies its statements.
 //
 // On error the result counts what was deleted before it.
 func Purge(ctx context.Context, pool *pgxpool.Pool, p PurgeParams) (PurgeResult, error) {
-	var res PurgeResult
-	if p.OlderThan < 0 {
-		return res, fmt.Errorf("purge %s: negative age %s", p.Table, p.OlderThan)
-	}
-	p.BatchSize = cmpOr(p.BatchSize, DefaultPurgeBatch)
-	p.LockTimeout = cmpOr(p.LockTimeout, DefaultPurgeLockTimeout)
-	p.StatementTimeout = cmpOr(p.StatementTimeout, DefaultPurgeStmtTimeout)
-	secs := p.OlderThan.Seconds()
-	r := &purger{pool: pool, p: p,
+	lock, stmt := source.PurgeTimeouts(p.LockTimeout, p.StatementTimeout)
+	d := &purgeDriver{pool: pool, p: p, secs: p.OlderThan.Seconds(),
 		begin: fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d; SET LOCAL statement_timeout = %d",
-			max(p.LockTimeout.Milliseconds(), 1), max(p.StatementTimeout.Milliseconds(), 1))}
-
-	if p.Layout.Mode == "delete" {
-		res.KeptByLayout = true
-	} else {
-		sw, err := purgeSweep(p.Layout, p.Table, p.RelaySchema, p.IncludeDead, secs)
-		if err != nil {
-			return res, fmt.Errorf("purge %s: %w", p.Table, err)
-		}
-		t, err := r.run(ctx, sw)
-		res.Published, res.Dead, res.Batches = t.deleted-t.dead, t.dead, t.batches
-		if err != nil {
-			return res, fmt.Errorf("purge %s: %w", p.Table, err)
-		}
-	}
-	t, err := r.run(ctx, failedEventsSweep(p.Table, p.RelaySchema, secs))
-	res.FailedEvents, res.Audit = t.deleted, t.beside
-	if err != nil {
-		return res, fmt.Errorf("prune %s.failed_events of %s: %w", p.RelaySchema, p.Table, err)
-	}
-	t, err = r.run(ctx, retryStateSweep(p.Layout, p.Table, p.RelaySchema, p.Source))
-	res.RetryState = t.deleted
-	if err != nil {
-		return res, fmt.Errorf("prune %s.retry_state of %s: %w", p.RelaySchema, p.Source, err)
-	}
-	return res, nil
+			max(lock.Milliseconds(), 1), max(stmt.Milliseconds(), 1))}
+	return source.Purge(ctx, d, source.PurgeRun{
+		Table: p.Table.String(), Relay: p.RelaySchema, Source: p.Source, KeptRows: p.Layout.Mode == "delete",
+		PurgeOptions: source.PurgeOptions{OlderThan: p.OlderThan, IncludeDead: p.IncludeDead, DryRun: p.DryRun,
+			BatchSize: p.BatchSize, Pause: p.Pause},
+	})
 }
 
-func cmpOr[T int | time.Duration](v, def T) T {
-	if v <= 0 {
-		return def
-	}
-	return v
-}
-
-// purger runs sweeps in batches.
-type purger struct {
+// purgeDriver runs a retention run's batches on PostgreSQL: one statement
+// a batch, which selects, locks and deletes.
+type purgeDriver struct {
 	pool  *pgxpool.Pool
 	p     PurgeParams
-	begin string // BEGIN with the batch's lock and statement timeouts
+	secs  float64 // the age, in seconds
+	begin string  // BEGIN with the batch's lock and statement timeouts
 }
 
-// totals add up a sweep's batches. For a dry run deleted and its parts are
-// what would be deleted.
-type totals struct {
-	deleted, dead, beside int64
-	batches               int
+func (d *purgeDriver) OutboxSweep(_ context.Context, includeDead bool) (sweep, error) {
+	return purgeSweep(d.p.Layout, d.p.Table, d.p.RelaySchema, includeDead, d.secs)
 }
 
-// run deletes what sw selects, batch after batch, each starting after the
-// key the previous one ended at, until a batch finds fewer rows than it
-// may take.
-func (r *purger) run(ctx context.Context, sw sweep) (totals, error) {
-	var t totals
-	if r.p.DryRun {
-		// The second count is the dead letters among the rows, or the
-		// rows deleted beside them; which one depends on the sweep.
-		var n, second int64
-		if err := r.pool.QueryRow(ctx, sw.count, sw.args...).Scan(&n, &second); err != nil {
-			return t, fmt.Errorf("count: %w", err)
-		}
-		t.deleted, t.dead, t.beside = n, second, second
-		return t, nil
+func (d *purgeDriver) DeadLetterSweep() sweep {
+	return failedEventsSweep(d.p.Table, d.p.RelaySchema, d.secs)
+}
+
+func (d *purgeDriver) RetryStateSweep() sweep {
+	return retryStateSweep(d.p.Layout, d.p.Table, d.p.RelaySchema, d.p.Source)
+}
+
+// CountSweep counts a dry run's sweep in one statement.
+func (d *purgeDriver) CountSweep(ctx context.Context, sw sweep) (n, second int64, err error) {
+	err = d.pool.QueryRow(ctx, sw.count, sw.args...).Scan(&n, &second)
+	return n, second, err
+}
+
+func (d *purgeDriver) PurgeBatch(ctx context.Context, sw sweep, cursor *string, limit int, _ bool) (source.PurgeBatch, error) {
+	var b source.PurgeBatch
+	q, args := sw.first, append(slices.Clone(sw.args), limit)
+	if cursor != nil {
+		q, args = sw.next, append(args, *cursor)
 	}
 	var (
-		cursor  *string
-		retries int
+		selected int64
+		last     *string
 	)
-	for {
-		if t.batches > 0 || retries > 0 {
-			if err := sleep(ctx, r.p.Pause); err != nil {
-				return t, err
-			}
+	err := pgx.BeginTxFunc(ctx, d.pool, pgx.TxOptions{BeginQuery: d.begin}, func(tx pgx.Tx) error {
+		return tx.QueryRow(ctx, q, args...).Scan(&selected, &b.Deleted, &b.Dead, &b.Beside, &last)
+	})
+	if err != nil {
+		if isPrivilegeError(err) {
+			return b, fmt.Errorf("%w: %w", source.ErrNoPrivilege, err)
 		}
-		q, args := sw.first, append(slices.Clone(sw.args), r.p.BatchSize)
-		if cursor != nil {
-			q, args = sw.next, append(args, *cursor)
-		}
-		var (
-			selected, deleted, dead, beside int64
-			last                            *string
-		)
-		err := pgx.BeginTxFunc(ctx, r.pool, pgx.TxOptions{BeginQuery: r.begin}, func(tx pgx.Tx) error {
-			return tx.QueryRow(ctx, q, args...).Scan(&selected, &deleted, &dead, &beside, &last)
-		})
-		if err != nil {
-			if isLockTimeout(err) && retries < purgeLockRetries && ctx.Err() == nil {
-				retries++
-				continue
-			}
-			if isPrivilegeError(err) {
-				return t, fmt.Errorf("batch %d: %w: %w", t.batches+1, source.ErrNoPrivilege, err)
-			}
-			return t, fmt.Errorf("batch %d: %w", t.batches+1, err)
-		}
-		retries = 0
-		t.batches++
-		t.deleted += deleted
-		t.dead += dead
-		t.beside += beside
-		if selected < int64(r.p.BatchSize) || last == nil {
-			return t, nil
-		}
-		cursor = last
+		return b, err
 	}
+	b.Found = int(selected)
+	if last != nil {
+		b.Last = *last
+	}
+	return b, nil
 }
 
-// isLockTimeout says whether a statement gave up waiting for a lock.
-func isLockTimeout(err error) bool {
+// IsLockTimeout says whether a statement gave up waiting for a lock.
+func (*purgeDriver) IsLockTimeout(err error) bool {
 	pgErr, ok := errors.AsType[*pgconn.PgError](err)
 	return ok && pgErr.Code == "55P03"
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-tm.C:
-		return nil
-	}
 }

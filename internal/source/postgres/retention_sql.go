@@ -1,68 +1,26 @@
 package postgres
 
 import (
-	"errors"
-	"strings"
-
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
 // ErrNoAge is returned by Purge for a layout whose table has no column that
 // dates a row (no published-at and no created-at column).
-var ErrNoAge = errors.New("the layout has no published-at or created-at column to date rows by")
+var ErrNoAge = sqlcore.ErrNoAge
 
 // retentionPredicates returns, for alias o of table t, the conditions of a
 // delivered row and of a dead-lettered row left in the table, and the
-// expression that dates a settled row: when it was published, else when it
-// was created. Rows matching neither condition (pending, claimed, in
-// backoff, any state the layout does not name) are never selected.
-//
-// Where the row itself records a dead letter (a failed status, an errored
-// flag) that is what tells the two apart. Where it does not (a flag or a
-// timestamp set for both), a row is a dead letter while failed_events holds
-// an open (not replayed) entry for it.
+// expression that dates a settled row (see sqlcore.SQL.Retention). Where
+// the row does not record its dead letters, an open dead letter is one in
+// failed_events not yet replayed.
 func retentionPredicates(l *layout.Layout, t Table, relaySchema string) (delivered, dead, age string, err error) {
-	var dates []string
-	switch {
-	case l.PublishedAt != "" && l.Mode == "timestamp" && l.Errored.Name == "":
-		// A dead letter's timestamp is the dead-letter mark, not a date.
-		dates = append(dates, "NULLIF("+sq.Col("o", l.PublishedAt)+", '"+layout.DeadLetterMark+"+00')::timestamptz")
-	case l.PublishedAt != "":
-		dates = append(dates, sq.Col("o", l.PublishedAt)+"::timestamptz")
-	}
-	if l.CreatedAt != "" {
-		dates = append(dates, sq.Col("o", l.CreatedAt)+"::timestamptz")
-	}
-	switch len(dates) {
-	case 0:
-		return "", "", "", ErrNoAge
-	case 1:
-		age = dates[0]
-	default:
-		age = "COALESCE(" + strings.Join(dates, ", ") + ")"
-	}
-
-	var settled string // delivered or dead, as the state column says
-	switch l.Mode {
-	case "status":
-		return sq.Col("o", l.Status) + " = " + quoteLiteral(l.Published),
-			sq.Col("o", l.Status) + " = " + quoteLiteral(l.Failed), age, nil
-	case "flag":
-		settled = sq.Col("o", l.Flag) + " = true"
-	case "timestamp":
-		settled = sq.Col("o", l.PublishedAt) + " IS NOT NULL"
-	default:
-		return "", "", "", errors.New("layout mode " + l.Mode + " keeps no settled rows")
-	}
-	if l.Errored.Name != "" {
-		errored := sq.Col("o", l.Errored.Name)
-		return "(" + settled + " AND " + errored + " = " + l.ErroredValue(false) + ")",
-			errored + " = " + l.ErroredValue(true), age, nil
-	}
-	open := sq.Col("o", l.ID.Name) + "::text IN (SELECT f.original_event_id FROM " + QuoteIdent(relaySchema) +
-		".failed_events f WHERE f.source_schema = " + quoteLiteral(t.Schema) +
-		" AND f.source_table = " + quoteLiteral(t.Name) + " AND f.replayed_at IS NULL)"
-	return "(" + settled + " AND NOT " + open + ")", "(" + settled + " AND " + open + ")", age, nil
+	st, err := sq.Retention(l, "o", func(expr string) string { return expr + "::timestamptz" }, func() string {
+		return sq.Col("o", l.ID.Name) + "::text IN (SELECT f.original_event_id FROM " + QuoteIdent(relaySchema) +
+			".failed_events f WHERE f.source_schema = " + quoteLiteral(t.Schema) +
+			" AND f.source_table = " + quoteLiteral(t.Name) + " AND f.replayed_at IS NULL)"
+	})
+	return st.Delivered, st.Dead, st.Age, err
 }
 
 // cutoffSQL is the moment before which a row is old enough; $1 is the age
