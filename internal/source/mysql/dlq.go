@@ -12,6 +12,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
+
 // FailedEvent is one row of the dead-letter table.
 type FailedEvent = source.FailedEvent
 
@@ -53,93 +54,35 @@ func ListFailed(ctx context.Context, db *sql.DB, relayDB string, f DLQFilter) ([
 }
 
 // Replay puts dead letters of this store's source back into the pending
-// set: the row is updated back to pending (or, when the layout deleted it,
+// set (see source.Replay): the row is updated back to pending, its error
+// column emptied as its type allows (or, when the layout deleted it,
 // inserted again from the copy kept in failed_events, which needs INSERT on
-// the table), its retry state is cleared, the dead letter is marked replayed
-// and an audit row records who did it. Each event is its own transaction.
+// the table), its retry state is cleared, the dead letter is marked
+// replayed and an audit row records who did it. Each event is its own
+// transaction.
 func (s *Store) Replay(ctx context.Context, events []FailedEvent, actor string) (int, error) {
 	if s.invalid != nil {
 		return 0, s.invalid
 	}
-	l := s.opts.Layout
 	sets := s.sql.pendingValues
 	if reset, err := s.errorReset(ctx); err != nil {
 		return 0, fmt.Errorf("replay: %w", err)
 	} else if reset != "" {
 		sets = strings.TrimPrefix(sets+", "+reset, ", ")
 	}
-	rq := buildReplaySQL(l, s.opts.Table, s.opts.RelayDatabase, sets)
-	n := 0
-	for _, e := range events {
-		if e.Source != s.opts.Source {
-			return n, fmt.Errorf("replay %s: dead letter belongs to source %q, not %q", e.ID, e.Source, s.opts.Source)
-		}
-		if err := s.replayOne(ctx, e, rq, actor); err != nil {
-			return n, fmt.Errorf("replay %s (event %s): %w", e.ID, e.OriginalEventID, err)
-		}
-		n++
-	}
-	return n, nil
+	o := s.opts
+	return source.Replay(ctx, dbDriver{s.db}, buildReplaySQL(o.Layout, o.Table, o.RelayDatabase, o.Source, sets, s.tableColumns), events, actor)
 }
 
-func (s *Store) replayOne(ctx context.Context, e FailedEvent, rq replaySQL, actor string) error {
-	table := s.opts.Table.String()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
+// PurgeDead deletes the dead letters with ids that were not replayed, each
+// with an audit row naming actor and the event (see source.PurgeDead); the
+// rows in the application's table stay as they are. It returns how many it
+// deleted.
+func PurgeDead(ctx context.Context, db *sql.DB, relayDB string, ids []string, actor string) (int, error) {
+	if relayDB == "" {
+		relayDB = DefaultRelayDatabase
 	}
-	defer func() { _ = tx.Rollback() }()
-	restored := false
-	if rq.reset != "" {
-		if _, err := tx.ExecContext(ctx, rq.reset, e.OriginalEventID); err != nil {
-			return fmt.Errorf("reset row: %w", err)
-		}
-		// Rows matched, not changed, is what counts: a row already pending
-		// is there all the same.
-		var there int
-		if err := tx.QueryRowContext(ctx, rq.present, e.OriginalEventID).Scan(&there); err != nil {
-			return fmt.Errorf("reset row: %w", err)
-		}
-		restored = there > 0
-	}
-	if !restored {
-		cols, err := s.tableColumns(ctx)
-		if err != nil {
-			return err
-		}
-		var names, vals []string
-		for _, c := range cols {
-			if c.Generated {
-				continue
-			}
-			names = append(names, QuoteIdent(c.Name))
-			vals = append(vals, restoreSQL(c, "f.row_data"))
-		}
-		res, err := tx.ExecContext(ctx, fmt.Sprintf(rq.restore, strings.Join(names, ", "), strings.Join(vals, ", ")), e.ID)
-		if err != nil {
-			if isPrivilegeError(err) {
-				return fmt.Errorf("restore deleted row (needs INSERT on %s): %w: %w", table, source.ErrNoPrivilege, err)
-			}
-			return fmt.Errorf("restore deleted row: %w", err)
-		}
-		if n, _ := res.RowsAffected(); n == 0 {
-			return errors.New("restore deleted row: no copy of the row was kept")
-		}
-	}
-	if _, err := tx.ExecContext(ctx, rq.clearRetry, s.opts.Source, e.OriginalEventID); err != nil {
-		return fmt.Errorf("clear retry state: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, rq.markReplayed, e.ID); err != nil {
-		return fmt.Errorf("mark replayed: %w", err)
-	}
-	if _, err := tx.ExecContext(ctx, rq.audit,
-		e.ID, actor, "event "+e.OriginalEventID+" back to pending in "+table); err != nil {
-		return fmt.Errorf("audit: %w", err)
-	}
-	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("commit: %w", err)
-	}
-	return nil
+	return source.PurgeDead(ctx, dbDriver{db}, buildPurgeDeadSQL(relayDB), ids, actor)
 }
 
 // isPrivilegeError says whether err is the server refusing for lack of a
@@ -156,40 +99,42 @@ func isPrivilegeError(err error) bool {
 	return false
 }
 
-// PurgeDead deletes the dead letters with ids that were not replayed, each with
-// an audit row naming actor and the event; the rows in the application's
-// table stay as they are. It returns how many it deleted.
-func PurgeDead(ctx context.Context, db *sql.DB, relayDB string, ids []string, actor string) (int, error) {
-	if relayDB == "" {
-		relayDB = DefaultRelayDatabase
-	}
-	pq := buildPurgeDeadSQL(relayDB)
-	tx, err := db.BeginTx(ctx, nil)
+// dbDriver runs the dead-letter flows' transactions on a database.
+type dbDriver struct{ db *sql.DB }
+
+func (d dbDriver) Begin(ctx context.Context) (source.Tx, error) {
+	tx, err := d.db.BeginTx(ctx, nil)
 	if err != nil {
-		return 0, fmt.Errorf("purge dead letters: %w", err)
+		return nil, err
 	}
-	defer func() { _ = tx.Rollback() }()
-	n := 0
-	for _, id := range ids {
-		var event, src string
-		err := tx.QueryRowContext(ctx, pq.lock, id).Scan(&event, &src)
-		if errors.Is(err, sql.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return 0, fmt.Errorf("purge dead letters: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, pq.del, id); err != nil {
-			return 0, fmt.Errorf("purge dead letters: %w", err)
-		}
-		if _, err := tx.ExecContext(ctx, pq.audit,
-			id, actor, "event "+event+" of source "+src+" deleted from the dead letters"); err != nil {
-			return 0, fmt.Errorf("purge dead letters: audit: %w", err)
-		}
-		n++
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, fmt.Errorf("purge dead letters: %w", err)
-	}
-	return n, nil
+	return sqlTx{tx}, nil
 }
+
+func (dbDriver) NoPrivilege(err error) error {
+	if isPrivilegeError(err) {
+		return source.ErrNoPrivilege
+	}
+	return nil
+}
+
+// sqlTx is a database/sql transaction as source.Tx.
+type sqlTx struct{ tx *sql.Tx }
+
+func (t sqlTx) Exec(ctx context.Context, q string, args ...any) (int64, error) {
+	res, err := t.tx.ExecContext(ctx, q, args...)
+	if err != nil {
+		return 0, err
+	}
+	return res.RowsAffected()
+}
+
+func (t sqlTx) QueryRow(ctx context.Context, q string, args []any, dest ...any) (bool, error) {
+	err := t.tx.QueryRowContext(ctx, q, args...).Scan(dest...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (t sqlTx) Commit(context.Context) error   { return t.tx.Commit() }
+func (t sqlTx) Rollback(context.Context) error { return t.tx.Rollback() }

@@ -1,103 +1,86 @@
 package mysql
 
 import (
+	"context"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
+
+// MySQL's spelling of the dead-letter list (sqlcore.DeadLetterDialect).
+
+func (dialect) Param(int) string { return "?" }
+
+// In binds each value on its own.
+func (dialect) In(expr string, vals []string, arg func(any) string) string {
+	ps := make([]string, len(vals))
+	for i, v := range vals {
+		ps[i] = arg(v)
+	}
+	return expr + " IN (" + strings.Join(ps, ", ") + ")"
+}
+
+func (dialect) Contains(text, sub string) string {
+	return "LOCATE(LOWER(" + sub + "), LOWER(" + text + ")) > 0"
+}
+
+func (dialect) IDText(col string) string { return "CAST(" + col + " AS CHAR)" }
+func (dialect) Payload() string {
+	return "COALESCE(CAST(payload AS CHAR CHARACTER SET utf8mb4), payload_raw)"
+}
 
 // listFailedSQL is the statement that lists the dead letters f selects,
 // with its arguments.
 func listFailedSQL(relayDB string, f DLQFilter) (string, []any) {
-	var (
-		where []string
-		args  []any
-	)
-	in := func(col string, vals []string) {
-		where = append(where, col+" IN ("+placeholders(len(vals), "")+")")
-		for _, v := range vals {
-			args = append(args, v)
-		}
-	}
-	if len(f.IDs) > 0 {
-		in("CAST(id AS CHAR)", f.IDs)
-	}
-	if len(f.EventIDs) > 0 {
-		in("original_event_id", f.EventIDs)
-	}
-	if f.Source != "" {
-		where, args = append(where, "source = ?"), append(args, f.Source)
-	}
-	if f.EventType != "" {
-		where, args = append(where, "event_type = ?"), append(args, f.EventType)
-	}
-	if !f.Since.IsZero() {
-		where, args = append(where, "first_failed_at >= ?"), append(args, f.Since.UTC())
-	}
-	if f.Reason != "" {
-		where, args = append(where, "LOCATE(LOWER(?), LOWER(failure_reason)) > 0"), append(args, f.Reason)
-	}
-	if !f.IncludeReplayed {
-		where = append(where, "replayed_at IS NULL")
-	}
-	q := `SELECT CAST(id AS CHAR), original_event_id, source, source_schema, source_table, event_type, COALESCE(topic, ''),
-  failure_reason, failure_count, first_failed_at, last_failed_at, replayed_at, replay_count,
-  COALESCE(CAST(payload AS CHAR CHARACTER SET utf8mb4), payload_raw)
-FROM ` + QuoteIdent(relayDB) + `.failed_events`
-	if len(where) > 0 {
-		q += " WHERE " + strings.Join(where, " AND ")
-	}
-	if f.Newest {
-		q += " ORDER BY last_failed_at DESC, id DESC"
-	} else {
-		q += " ORDER BY created_at, id"
-	}
-	if f.Limit > 0 {
-		q += " LIMIT ?"
-		args = append(args, f.Limit)
-	}
-	return q, args
+	return sqlcore.ListDeadLetters(dialect{}, QuoteIdent(relayDB), f)
 }
 
-// replaySQL are the statements of one dead letter's replay.
-type replaySQL struct {
-	// reset takes the event id; "" when there is nothing to reset. Its
-	// SET list gets the error column's reset (see errorReset) when the
-	// layout has one.
-	reset   string
-	present string // counts the rows with the event id
-	// restore takes the dead letter's id; its %s are the column names
-	// and their values (see restoreSQL).
-	restore      string
-	clearRetry   string // the source, the event id
-	markReplayed string // the dead letter's id
-	audit        string // the dead letter's id, the actor, the detail
-}
-
-func buildReplaySQL(l *layout.Layout, t Table, relayDB, sets string) replaySQL {
+// buildReplaySQL returns the statements of a dead letter's replay into
+// table t of layout l. sets is the SET list of a row put back in the
+// pending set, the error column's reset included (see errorReset);
+// columns returns the table's columns, which the restore of a deleted row
+// names one by one.
+func buildReplaySQL(l *layout.Layout, t Table, relayDB, src, sets string, columns func(context.Context) ([]tableColumn, error)) source.ReplayStatements {
 	rs := QuoteIdent(relayDB)
 	table := t.String()
-	var s replaySQL
+	s := source.ReplayStatements{Source: src, Table: table}
 	if sets != "" && l.Mode != "delete" {
-		s.reset = "UPDATE " + table + " SET " + sets + " WHERE " + QuoteIdent(l.ID.Name) + " = " + idValueSQL(l, "?")
+		s.Reset = "UPDATE " + table + " SET " + sets + " WHERE " + QuoteIdent(l.ID.Name) + " = " + idValueSQL(l, "?")
 	}
-	s.present = "SELECT COUNT(*) FROM " + table + " WHERE " + QuoteIdent(l.ID.Name) + " = " + idValueSQL(l, "?")
-	s.restore = "INSERT INTO " + table + " (%s) SELECT %s FROM " + rs + ".failed_events f WHERE f.id = ? AND f.row_data IS NOT NULL"
-	s.clearRetry = "DELETE FROM " + rs + ".retry_state WHERE source = ? AND event_id = ?"
-	s.markReplayed = "UPDATE " + rs + ".failed_events SET replayed_at = " + now + ", replay_count = replay_count + 1 WHERE id = ?"
-	s.audit = "INSERT INTO " + rs + ".failed_event_audit (failed_event_id, action, actor, detail, at) VALUES (?, 'replay', ?, ?, " + now + ")"
+	// Rows matched, not changed, is what counts: a row already pending is
+	// there all the same.
+	s.Present = "SELECT COUNT(*) FROM " + table + " WHERE " + QuoteIdent(l.ID.Name) + " = " + idValueSQL(l, "?")
+	s.Restore = func(ctx context.Context) (string, error) {
+		cols, err := columns(ctx)
+		if err != nil {
+			return "", err
+		}
+		var names, vals []string
+		for _, c := range cols {
+			if c.Generated {
+				continue
+			}
+			names = append(names, QuoteIdent(c.Name))
+			vals = append(vals, restoreSQL(c, "f.row_data"))
+		}
+		return "INSERT INTO " + table + " (" + strings.Join(names, ", ") + ") SELECT " + strings.Join(vals, ", ") +
+			" FROM " + rs + ".failed_events f WHERE f.id = ? AND f.row_data IS NOT NULL", nil
+	}
+	s.ClearRetry = "DELETE FROM " + rs + ".retry_state WHERE source = ? AND event_id = ?"
+	s.MarkReplayed = "UPDATE " + rs + ".failed_events SET replayed_at = " + now + ", replay_count = replay_count + 1 WHERE id = ?"
+	s.Audit = "INSERT INTO " + rs + ".failed_event_audit (failed_event_id, action, actor, detail, at) VALUES (?, 'replay', ?, ?, " + now + ")"
 	return s
 }
 
-// purgeDeadSQL are the statements that delete one dead letter not
-// replayed: lock it (and read its event and source), delete it, audit it.
-type purgeDeadSQL struct{ lock, del, audit string }
-
-func buildPurgeDeadSQL(relayDB string) purgeDeadSQL {
+// buildPurgeDeadSQL returns the statements that delete one dead letter
+// not replayed.
+func buildPurgeDeadSQL(relayDB string) source.PurgeDeadStatements {
 	rs := QuoteIdent(relayDB)
-	return purgeDeadSQL{
-		lock:  "SELECT original_event_id, source FROM " + rs + ".failed_events WHERE CAST(id AS CHAR) = ? AND replayed_at IS NULL FOR UPDATE",
-		del:   "DELETE FROM " + rs + ".failed_events WHERE id = ?",
-		audit: "INSERT INTO " + rs + ".failed_event_audit (failed_event_id, action, actor, detail, at) VALUES (?, 'purge', ?, ?, " + now + ")",
+	return source.PurgeDeadStatements{
+		Lock:   "SELECT original_event_id, source FROM " + rs + ".failed_events WHERE CAST(id AS CHAR) = ? AND replayed_at IS NULL FOR UPDATE",
+		Delete: "DELETE FROM " + rs + ".failed_events WHERE id = ?",
+		Audit:  "INSERT INTO " + rs + ".failed_event_audit (failed_event_id, action, actor, detail, at) VALUES (?, 'purge', ?, ?, " + now + ")",
 	}
 }

@@ -139,26 +139,20 @@ func goldenSQL(ctx context.Context, t *testing.T, st *Store, index string) strin
 	} else if reset != "" {
 		sets = strings.TrimPrefix(sets+", "+reset, ", ")
 	}
-	rq := buildReplaySQL(l, tbl, relayDB, sets)
-	cols, err := st.tableColumns(ctx)
+	rq := buildReplaySQL(l, tbl, relayDB, "src", sets, st.tableColumns)
+	restore, err := rq.Restore(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var names, vals []string
-	for _, c := range cols {
-		if !c.Generated {
-			names, vals = append(names, QuoteIdent(c.Name)), append(vals, restoreSQL(c, "f.row_data"))
-		}
-	}
-	add("dead letters: replay, reset the row", rq.reset)
-	add("dead letters: replay, is the row there", rq.present)
-	add("dead letters: replay, restore the deleted row", fmt.Sprintf(rq.restore, strings.Join(names, ", "), strings.Join(vals, ", ")))
-	add("dead letters: replay, clear retry state", rq.clearRetry)
-	add("dead letters: replay, mark replayed", rq.markReplayed)
-	add("dead letters: replay, audit", rq.audit)
+	add("dead letters: replay, reset the row", rq.Reset)
+	add("dead letters: replay, is the row there", rq.Present)
+	add("dead letters: replay, restore the deleted row", restore)
+	add("dead letters: replay, clear retry state", rq.ClearRetry)
+	add("dead letters: replay, mark replayed", rq.MarkReplayed)
+	add("dead letters: replay, audit", rq.Audit)
 	pq := buildPurgeDeadSQL(relayDB)
-	add("dead letters: purge, lock", pq.lock)
-	add("dead letters: purge, delete", pq.del)
-	add("dead letters: purge, audit", pq.audit)
+	add("dead letters: purge, lock", pq.Lock)
+	add("dead letters: purge, delete", pq.Delete)
+	add("dead letters: purge, audit", pq.Audit)
 	return f.String()
 }
