@@ -40,6 +40,7 @@
 package sourcetest
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -88,6 +89,25 @@ type Table interface {
 	// claim time, not yet delivered. Only called for presets whose layout
 	// has state.batch_id.
 	ClaimElsewhere(t *testing.T, id string, at time.Time)
+
+	// ListFailed lists the dead letters f selects, as the store's
+	// ListFailed does.
+	ListFailed(t *testing.T, f source.DLQFilter) []source.FailedEvent
+	// PurgeDead deletes dead letters by id, as the store's PurgeDead does,
+	// and returns how many it deleted.
+	PurgeDead(t *testing.T, ids []string, actor string) int
+	// Purge runs the store's retention on the table for the source named
+	// src.
+	Purge(t *testing.T, src string, o source.PurgeOptions) source.PurgeResult
+	// Audit lists the actions (replay, purge) the audit table records for
+	// the dead letter with id, oldest first.
+	Audit(t *testing.T, deadLetterID string) []string
+	// Backdate moves the row's dates (created, published) back by d; a
+	// layout without dates leaves it as it is.
+	Backdate(t *testing.T, id string, d time.Duration)
+	// BackdateReplay moves the replay time of the dead letter with id
+	// back by d.
+	BackdateReplay(t *testing.T, deadLetterID string, d time.Duration)
 }
 
 // Options configure a Store opened by Table.Open.
@@ -107,6 +127,9 @@ type Options struct {
 // Store is a source.Store opened on a test table.
 type Store interface {
 	source.Store
+	// Replay puts dead letters of the store's source back into the
+	// pending set, audited.
+	Replay(ctx context.Context, events []source.FailedEvent, actor string) (int, error)
 	// Kill cuts every database connection of this store at once, as a
 	// crash or a network failure would, without telling the store.
 	Kill(t *testing.T)

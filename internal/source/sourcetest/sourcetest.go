@@ -78,6 +78,11 @@ func Run(t *testing.T, h Harness) {
 				{"HeldHeadHoldsOnlyItsKey", s.testHeldHead},
 				{"ForeignClaimBeyondTheWindow", s.testForeignClaimBeyondWindow},
 				{"PrivilegesAsCheckReports", s.testPrivileges},
+				{"DeadLetterListFilters", s.testDeadLetterList},
+				{"ReplayPutsRowBackPending", s.testReplay},
+				{"PurgeDeadLetters", s.testPurgeDead},
+				{"RetentionDeletesOnlyOldSettledRows", s.testRetention},
+				{"RetentionPrunesReplayedDeadLetters", s.testRetentionReplayed},
 			} {
 				if (tc.name == "ForeignClaims" || tc.name == "ForeignClaimBeyondTheWindow") && !s.exp.claims {
 					continue // the preset records no claims (state.batch_id)

@@ -1,0 +1,84 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
+)
+
+// The dead-letter and retention side of the conformance harness.
+
+func (tb *pgTable) ListFailed(t *testing.T, f source.DLQFilter) []source.FailedEvent {
+	t.Helper()
+	evs, err := postgres.ListFailed(context.Background(), tb.h.pool, relaySchema, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return evs
+}
+
+func (tb *pgTable) PurgeDead(t *testing.T, ids []string, actor string) int {
+	t.Helper()
+	n, err := postgres.PurgeDead(context.Background(), tb.h.pool, relaySchema, ids, actor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func (tb *pgTable) Purge(t *testing.T, src string, o source.PurgeOptions) source.PurgeResult {
+	t.Helper()
+	res, err := postgres.Purge(context.Background(), tb.h.pool, postgres.PurgeParams{Source: src, Table: tb.table,
+		RelaySchema: relaySchema, Layout: tb.layout, OlderThan: o.OlderThan, IncludeDead: o.IncludeDead, DryRun: o.DryRun,
+		BatchSize: o.BatchSize, Pause: o.Pause, LockTimeout: o.LockTimeout})
+	if err != nil {
+		t.Fatalf("purge: %v", err)
+	}
+	return res
+}
+
+func (tb *pgTable) Audit(t *testing.T, deadLetterID string) []string {
+	t.Helper()
+	rows, err := tb.h.pool.Query(context.Background(), `SELECT action FROM outbox_relay.failed_event_audit
+WHERE failed_event_id::text = $1 ORDER BY id`, deadLetterID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func (tb *pgTable) Backdate(t *testing.T, id string, d time.Duration) {
+	t.Helper()
+	var q string
+	switch tb.preset {
+	case "delete":
+		return
+	case "status":
+		q = `UPDATE %s SET created_at = created_at - make_interval(secs => $2), published_at = published_at - make_interval(secs => $2)
+WHERE id = $1::uuid`
+	case "kafka-outbox":
+		q = `UPDATE %s SET created_at = created_at - make_interval(secs => $2),
+  push_completed_at = push_completed_at - make_interval(secs => $2) WHERE id = $1::bigint`
+	}
+	if _, err := tb.h.pool.Exec(context.Background(), sprintf(q, tb.table), id, d.Seconds()); err != nil {
+		t.Fatalf("backdate: %v", err)
+	}
+}
+
+func (tb *pgTable) BackdateReplay(t *testing.T, deadLetterID string, d time.Duration) {
+	t.Helper()
+	_, err := tb.h.pool.Exec(context.Background(), `UPDATE outbox_relay.failed_events
+SET replayed_at = replayed_at - make_interval(secs => $2) WHERE id = $1::uuid`, deadLetterID, d.Seconds())
+	if err != nil {
+		t.Fatalf("backdate replay: %v", err)
+	}
+}

@@ -1,0 +1,126 @@
+package sourcetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/source"
+)
+
+// retentionAge is the age the retention cases purge at; old rows are
+// backdated by twice as much.
+const retentionAge = time.Hour
+
+// testRetention: a retention run deletes the delivered rows older than the
+// cutoff, in batches, and dead-lettered ones only when asked; pending,
+// claimed and backing-off rows and newer rows are never deleted, and a dry
+// run counts without deleting. A layout that deletes its rows is left
+// alone.
+func (s *suite) testRetention(t *testing.T) {
+	tbl, src := s.newTable(t)
+	// 0 delivered long ago, 1 delivered now, 2 pending and claimed, 3
+	// backing off, 4 dead-lettered, 5 pending.
+	id := tbl.Insert(t, rows(6, 700)...)
+	st := tbl.Open(t, Options{Source: src})
+	b := claim(t, st, 5)
+	complete(t, b, source.Outcome{
+		Published: []int{0, 1},
+		Retry:     []source.Retry{{Index: 3, Attempts: 1, At: time.Now().Add(time.Hour), Err: "broker down"}},
+		Dead:      []source.Dead{{Index: 4, Attempts: 3, Reason: "boom", PayloadIsJSON: true, Exhausted: true}},
+	})
+	for _, i := range []int{0, 2, 3, 4, 5} {
+		tbl.Backdate(t, id[i], 2*retentionAge)
+	}
+	held := claim(t, st, 1)
+	if got := ids(held); len(got) != 1 || got[0] != id[2] {
+		t.Fatalf("claimed %v, want [%s]", got, id[2])
+	}
+	defer release(t, held)
+
+	there := func(want ...bool) {
+		t.Helper()
+		for i, w := range want {
+			if got := tbl.State(t, id[i]).Exists; got != w {
+				t.Errorf("row %d (%s) there = %v, want %v", i, id[i], got, w)
+			}
+		}
+	}
+	opts := source.PurgeOptions{OlderThan: retentionAge, BatchSize: 2}
+	if s.exp.deletes {
+		res := tbl.Purge(t, src, opts)
+		if !res.KeptByLayout || res.Published != 0 || res.Dead != 0 || res.Batches != 0 {
+			t.Errorf("purge of a table whose layout deletes its rows = %+v, want it kept by the layout", res)
+		}
+		there(false, false, true, true, false, true)
+		return
+	}
+	dry := opts
+	dry.DryRun = true
+	if res := tbl.Purge(t, src, dry); res.Published != 1 || res.Dead != 0 {
+		t.Errorf("dry run = %+v, want 1 delivered row counted", res)
+	}
+	dry.IncludeDead = true
+	if res := tbl.Purge(t, src, dry); res.Published != 1 || res.Dead != 1 {
+		t.Errorf("dry run with the dead = %+v, want 1 delivered and 1 dead row counted", res)
+	}
+	there(true, true, true, true, true, true)
+
+	if res := tbl.Purge(t, src, opts); res.Published != 1 || res.Dead != 0 || res.Batches != 1 {
+		t.Errorf("purge = %+v, want 1 delivered row deleted in 1 batch", res)
+	}
+	there(false, true, true, true, true, true)
+
+	opts.IncludeDead = true
+	if res := tbl.Purge(t, src, opts); res.Published != 0 || res.Dead != 1 {
+		t.Errorf("purge with the dead = %+v, want 1 dead row deleted", res)
+	}
+	there(false, true, true, true, false, true)
+	if got := tbl.ListFailed(t, source.DLQFilter{Source: src}); len(got) != 1 {
+		t.Errorf("dead letters after the purge = %v, want the dead row's kept", eventIDs(got))
+	}
+}
+
+// testRetentionReplayed: a retention run deletes the dead letters replayed
+// before the cutoff with their audit rows, and keeps the ones replayed
+// since and the ones not replayed; a dry run counts them.
+func (s *suite) testRetentionReplayed(t *testing.T) {
+	tbl, src := s.newTable(t)
+	id := tbl.Insert(t, rows(3, 800)...)
+	st := tbl.Open(t, Options{Source: src})
+	for range id {
+		deadLetter(t, st, "boom")
+	}
+	dl := tbl.ListFailed(t, source.DLQFilter{Source: src})
+	if len(dl) != 3 {
+		t.Fatalf("dead letters = %v, want 3", eventIDs(dl))
+	}
+	if n, err := st.Replay(t.Context(), dl[:2], "sourcetest"); err != nil || n != 2 {
+		t.Fatalf("replay = %d, %v", n, err)
+	}
+	tbl.BackdateReplay(t, dl[0].ID, 2*retentionAge)
+
+	opts := source.PurgeOptions{OlderThan: retentionAge, DryRun: true}
+	if res := tbl.Purge(t, src, opts); res.FailedEvents != 1 || res.Audit != 1 {
+		t.Errorf("dry run = %+v, want 1 dead letter and 1 audit row counted", res)
+	}
+	if got := tbl.ListFailed(t, source.DLQFilter{Source: src, IncludeReplayed: true}); len(got) != 3 {
+		t.Errorf("dry run deleted dead letters: %v left", eventIDs(got))
+	}
+	opts.DryRun = false
+	if res := tbl.Purge(t, src, opts); res.FailedEvents != 1 || res.Audit != 1 {
+		t.Errorf("purge = %+v, want 1 dead letter and 1 audit row deleted", res)
+	}
+	got := tbl.ListFailed(t, source.DLQFilter{Source: src, IncludeReplayed: true})
+	if ev := eventIDs(got); len(ev) != 2 || ev[0] != id[1] || ev[1] != id[2] {
+		t.Errorf("dead letters after the purge = %v, want %v", ev, id[1:])
+	}
+	if a := tbl.Audit(t, dl[0].ID); len(a) != 0 {
+		t.Errorf("audit of the pruned dead letter = %v, want none", a)
+	}
+	if a := tbl.Audit(t, dl[1].ID); len(a) != 1 {
+		t.Errorf("audit of the dead letter replayed since = %v, want its replay", a)
+	}
+	if r := tbl.State(t, id[0]); !r.Exists || !r.Pending {
+		t.Errorf("replayed row %s: %+v, want pending", id[0], r)
+	}
+}
