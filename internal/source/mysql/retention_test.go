@@ -310,24 +310,6 @@ func TestPurgeLayouts(t *testing.T) {
 	}
 }
 
-// TestPurgeDeleteLayout: a layout that deletes rows itself leaves nothing to
-// purge in its table.
-func TestPurgeDeleteLayout(t *testing.T) {
-	t.Parallel()
-	e := newEnv(t)
-	e.exec(t, "CREATE TABLE jobs (id BIGINT NOT NULL AUTO_INCREMENT PRIMARY KEY, topic VARCHAR(100) NOT NULL, `key` VARCHAR(100) NULL, payload JSON NOT NULL)",
-		"INSERT INTO jobs (topic, payload) VALUES ('t', '{}')")
-	_, l := e.store(t, e.db, "jobs", "jobs", "delete", layout.Spec{}, true)
-	res, err := mysql.Purge(context.Background(), e.db, mysql.PurgeParams{Source: "jobs", Table: mysql.Table{Name: "jobs"},
-		RelayDatabase: e.relayDB, Layout: l, OlderThan: week})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.KeptByLayout || res.Published != 0 || queryInt(t, e.db, "SELECT COUNT(*) FROM jobs") != 1 {
-		t.Errorf("purge of a delete layout: %+v", res)
-	}
-}
-
 // TestPurgeNoAge: a layout with no column that dates its rows is refused.
 func TestPurgeNoAge(t *testing.T) {
 	t.Parallel()

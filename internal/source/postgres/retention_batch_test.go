@@ -232,25 +232,6 @@ func TestPurgeRelayTables(t *testing.T) {
 	}
 }
 
-// TestPurgeDeleteLayout: a layout that deletes rows itself leaves nothing to
-// purge in its table.
-func TestPurgeDeleteLayout(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	_, pool := migrated(t)
-	pgtest.Exec(t, pool, "CREATE TABLE public.jobs (id bigserial PRIMARY KEY, topic text NOT NULL, key text, payload jsonb NOT NULL)",
-		"INSERT INTO public.jobs (topic, payload) VALUES ('t', '{}')")
-	tbl := postgres.Table{Schema: "public", Name: "jobs"}
-	_, l := newStore(t, pool, "jobs", tbl, "delete", layout.Spec{}, true)
-	res, err := postgres.Purge(ctx, pool, postgres.PurgeParams{Source: "jobs", Table: tbl, RelaySchema: relaySchema, Layout: l})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !res.KeptByLayout || res.Published != 0 || count(t, pool, "SELECT count(*) FROM public.jobs") != 1 {
-		t.Errorf("purge of a delete layout: %+v", res)
-	}
-}
-
 // TestPurgeNoAge: a layout with no column that dates its rows is refused.
 func TestPurgeNoAge(t *testing.T) {
 	t.Parallel()

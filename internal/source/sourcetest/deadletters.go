@@ -66,6 +66,7 @@ func (s *suite) testDeadLetterList(t *testing.T) {
 		{"since after", source.DLQFilter{Source: src, Since: now.Add(time.Hour)}, nil},
 		{"event type", source.DLQFilter{Source: src, EventType: e.EventType}, id[:2]},
 		{"another event type", source.DLQFilter{Source: src, EventType: "sourcetest.none"}, nil},
+		{"reason with a LIKE wildcard", source.DLQFilter{Source: src, Reason: "%"}, nil},
 	} {
 		if got := eventIDs(tbl.ListFailed(t, tc.f)); !slices.Equal(got, tc.want) {
 			t.Errorf("%s: dead letters %v, want %v", tc.name, got, tc.want)
@@ -136,6 +137,11 @@ func (s *suite) testPurgeDead(t *testing.T) {
 	}
 	if n, err := st.Replay(context.Background(), dl[1:], "sourcetest"); err != nil || n != 1 {
 		t.Fatalf("replay = %d, %v", n, err)
+	}
+	// Ids compare as text: "<id>x" (or another database's dead-letter id)
+	// is no id, though a number conversion might read it as one.
+	if n := tbl.PurgeDead(t, []string{dl[0].ID + "x", "999999", "00000000-0000-4000-8000-000000000000"}, "sourcetest"); n != 0 {
+		t.Errorf("purge of unknown ids deleted %d, want 0", n)
 	}
 	before := tbl.State(t, id[0])
 	if n := tbl.PurgeDead(t, []string{dl[0].ID, dl[1].ID}, "sourcetest"); n != 1 {

@@ -30,7 +30,18 @@
 //     exactly what the layout and the relay's tables need lacks nothing,
 //     and one without UPDATE on the outbox table or DELETE on
 //     failed_events is told so by name (for a Table that is a RoleTable:
-//     a capability a harness may lack).
+//     a capability a harness may lack);
+//   - the dead-letter list selects by source, ids, event ids, event type,
+//     time, reason (in any case) and replay, oldest or newest first, within
+//     a limit; a replay puts the row back in the pending set (restoring it
+//     where the layout deleted it), marks the dead letter replayed and
+//     audits it, and refuses another source's dead letters; the
+//     dead-letter purge deletes only dead letters not replayed, audited;
+//   - retention deletes delivered rows older than the cutoff, dead rows
+//     only when asked, never pending, claimed or backing-off rows, and
+//     prunes dead letters replayed before the cutoff with their audit
+//     rows; a dry run counts the same and deletes nothing; a layout that
+//     deletes its rows is left alone.
 //
 // A store that differs by design (a claim that commits at once, one row of
 // a key at a time, a reaper) declares it as Capabilities (see caps.go).
