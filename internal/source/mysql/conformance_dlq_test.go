@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -86,4 +87,26 @@ func (tb *myTable) BackdateReplay(t *testing.T, deadLetterID string, d time.Dura
 	if err != nil {
 		t.Fatalf("backdate replay: %v", err)
 	}
+}
+
+func (tb *myTable) LockTable(t *testing.T) func() {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := tb.h.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "LOCK TABLES "+tb.table.String()+" READ"); err != nil {
+		_ = conn.Close()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock := func() {
+		once.Do(func() {
+			_, _ = conn.ExecContext(ctx, "UNLOCK TABLES")
+			_ = conn.Close()
+		})
+	}
+	t.Cleanup(unlock)
+	return unlock
 }

@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -81,4 +82,21 @@ SET replayed_at = replayed_at - make_interval(secs => $2) WHERE id = $1::uuid`, 
 	if err != nil {
 		t.Fatalf("backdate replay: %v", err)
 	}
+}
+
+func (tb *pgTable) LockTable(t *testing.T) func() {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := tb.h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE "+tb.table.String()+" IN SHARE MODE"); err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock := func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	t.Cleanup(unlock)
+	return unlock
 }

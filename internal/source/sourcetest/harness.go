@@ -41,7 +41,8 @@
 //     only when asked, never pending, claimed or backing-off rows, and
 //     prunes dead letters replayed before the cutoff with their audit
 //     rows; a dry run counts the same and deletes nothing; a layout that
-//     deletes its rows is left alone.
+//     deletes its rows is left alone; a batch that gives up on a table
+//     lock is tried again.
 //
 // A store that differs by design (a claim that commits at once, one row of
 // a key at a time, a reaper) declares it as Capabilities (see caps.go).
@@ -116,6 +117,9 @@ type Table interface {
 	// Backdate moves the row's dates (created, published) back by d; a
 	// layout without dates leaves it as it is.
 	Backdate(t *testing.T, id string, d time.Duration)
+	// LockTable takes a lock on the table that keeps a retention batch
+	// from deleting (a read lock, a share lock) until unlock is called.
+	LockTable(t *testing.T) (unlock func())
 	// BackdateReplay moves the replay time of the dead letter with id
 	// back by d.
 	BackdateReplay(t *testing.T, deadLetterID string, d time.Duration)

@@ -124,3 +124,27 @@ func (s *suite) testRetentionReplayed(t *testing.T) {
 		t.Errorf("replayed row %s: %+v, want pending", id[0], r)
 	}
 }
+
+// testRetentionLockRetry: a batch that gives up waiting for a table lock is
+// tried again after the pause, and goes through once the lock is gone.
+func (s *suite) testRetentionLockRetry(t *testing.T) {
+	if s.exp.deletes {
+		t.Skip("the layout deletes its rows: retention leaves the table alone")
+	}
+	tbl, src := s.newTable(t)
+	id := tbl.Insert(t, rows(1, 900)...)
+	st := tbl.Open(t, Options{Source: src})
+	publishAll(t, claim(t, st, 1))
+	tbl.Backdate(t, id[0], 2*retentionAge)
+	unlock := tbl.LockTable(t)
+	// MySQL counts lock timeouts in whole seconds: one second for both,
+	// and the lock held a little longer.
+	go func() {
+		time.Sleep(1500 * time.Millisecond)
+		unlock()
+	}()
+	res := tbl.Purge(t, src, source.PurgeOptions{OlderThan: retentionAge, LockTimeout: time.Second, Pause: 50 * time.Millisecond})
+	if res.Published != 1 || tbl.State(t, id[0]).Exists {
+		t.Errorf("purge after a lock timeout = %+v, want the delivered row deleted", res)
+	}
+}

@@ -83,6 +83,7 @@ func Run(t *testing.T, h Harness) {
 				{"PurgeDeadLetters", s.testPurgeDead},
 				{"RetentionDeletesOnlyOldSettledRows", s.testRetention},
 				{"RetentionPrunesReplayedDeadLetters", s.testRetentionReplayed},
+				{"RetentionRetriesLockTimeouts", s.testRetentionLockRetry},
 			} {
 				if (tc.name == "ForeignClaims" || tc.name == "ForeignClaimBeyondTheWindow") && !s.exp.claims {
 					continue // the preset records no claims (state.batch_id)
