@@ -29,15 +29,11 @@ func (tb *myTable) PurgeDead(t *testing.T, ids []string, actor string) int {
 	return n
 }
 
-func (tb *myTable) Purge(t *testing.T, src string, o source.PurgeOptions) source.PurgeResult {
+func (tb *myTable) Purge(t *testing.T, src string, o source.PurgeOptions) (source.PurgeResult, error) {
 	t.Helper()
-	res, err := Purge(context.Background(), tb.h.db, PurgeParams{Source: src, Table: tb.table, RelayDatabase: tb.h.relayDB,
+	return Purge(context.Background(), tb.h.db, PurgeParams{Source: src, Table: tb.table, RelayDatabase: tb.h.relayDB,
 		Layout: tb.layout, OlderThan: o.OlderThan, IncludeDead: o.IncludeDead, DryRun: o.DryRun, BatchSize: o.BatchSize,
 		Pause: o.Pause, LockTimeout: o.LockTimeout})
-	if err != nil {
-		t.Fatalf("purge: %v", err)
-	}
-	return res
 }
 
 func (tb *myTable) Audit(t *testing.T, deadLetterID string) []string {
@@ -107,6 +103,23 @@ func (tb *myTable) LockTable(t *testing.T) func() {
 			_ = conn.Close()
 		})
 	}
+	t.Cleanup(unlock)
+	return unlock
+}
+
+func (tb *myTable) LockRow(t *testing.T, id string) func() {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := tb.h.db.BeginTx(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.ExecContext(ctx, "SELECT id FROM "+tb.table.String()+" WHERE id = ? FOR UPDATE", id); err != nil {
+		_ = tx.Rollback()
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock := func() { once.Do(func() { _ = tx.Rollback() }) }
 	t.Cleanup(unlock)
 	return unlock
 }

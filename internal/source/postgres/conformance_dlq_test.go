@@ -32,15 +32,11 @@ func (tb *pgTable) PurgeDead(t *testing.T, ids []string, actor string) int {
 	return n
 }
 
-func (tb *pgTable) Purge(t *testing.T, src string, o source.PurgeOptions) source.PurgeResult {
+func (tb *pgTable) Purge(t *testing.T, src string, o source.PurgeOptions) (source.PurgeResult, error) {
 	t.Helper()
-	res, err := postgres.Purge(context.Background(), tb.h.pool, postgres.PurgeParams{Source: src, Table: tb.table,
+	return postgres.Purge(context.Background(), tb.h.pool, postgres.PurgeParams{Source: src, Table: tb.table,
 		RelaySchema: relaySchema, Layout: tb.layout, OlderThan: o.OlderThan, IncludeDead: o.IncludeDead, DryRun: o.DryRun,
 		BatchSize: o.BatchSize, Pause: o.Pause, LockTimeout: o.LockTimeout})
-	if err != nil {
-		t.Fatalf("purge: %v", err)
-	}
-	return res
 }
 
 func (tb *pgTable) Audit(t *testing.T, deadLetterID string) []string {
@@ -92,6 +88,24 @@ func (tb *pgTable) LockTable(t *testing.T) func() {
 		t.Fatal(err)
 	}
 	if _, err := tx.Exec(ctx, "LOCK TABLE "+tb.table.String()+" IN SHARE MODE"); err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatal(err)
+	}
+	var once sync.Once
+	unlock := func() { once.Do(func() { _ = tx.Rollback(ctx) }) }
+	t.Cleanup(unlock)
+	return unlock
+}
+
+func (tb *pgTable) LockRow(t *testing.T, id string) func() {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := tb.h.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := map[string]string{"status": "$1::uuid", "kafka-outbox": "$1::bigint", "delete": "$1::bigint"}[tb.preset]
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+tb.table.String()+" WHERE id = "+q+" FOR UPDATE", id); err != nil {
 		_ = tx.Rollback(ctx)
 		t.Fatal(err)
 	}

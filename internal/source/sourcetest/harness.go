@@ -41,8 +41,9 @@
 //     only when asked, never pending, claimed or backing-off rows, and
 //     prunes dead letters replayed before the cutoff with their audit
 //     rows; a dry run counts the same and deletes nothing; a layout that
-//     deletes its rows is left alone; a batch that gives up on a table
-//     lock is tried again.
+//     deletes its rows is left alone; a row another transaction holds is
+//     skipped, not waited for; a batch that gives up on a table lock is
+//     tried again, and the run fails after a few tries.
 //
 // A store that differs by design (a claim that commits at once, one row of
 // a key at a time, a reaper) declares it as Capabilities (see caps.go).
@@ -110,13 +111,16 @@ type Table interface {
 	PurgeDead(t *testing.T, ids []string, actor string) int
 	// Purge runs the store's retention on the table for the source named
 	// src.
-	Purge(t *testing.T, src string, o source.PurgeOptions) source.PurgeResult
+	Purge(t *testing.T, src string, o source.PurgeOptions) (source.PurgeResult, error)
 	// Audit lists the actions (replay, purge) the audit table records for
 	// the dead letter with id, oldest first.
 	Audit(t *testing.T, deadLetterID string) []string
 	// Backdate moves the row's dates (created, published) back by d; a
 	// layout without dates leaves it as it is.
 	Backdate(t *testing.T, id string, d time.Duration)
+	// LockRow locks the row with id as an application's transaction
+	// would (SELECT ... FOR UPDATE) until unlock is called.
+	LockRow(t *testing.T, id string) (unlock func())
 	// LockTable takes a lock on the table that keeps a retention batch
 	// from deleting (a read lock, a share lock) until unlock is called.
 	LockTable(t *testing.T) (unlock func())

@@ -7,6 +7,29 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
+// purge runs retention on tbl for src and fails the test on error.
+func purge(t *testing.T, tbl Table, src string, o source.PurgeOptions) source.PurgeResult {
+	t.Helper()
+	res, err := tbl.Purge(t, src, o)
+	if err != nil {
+		t.Fatalf("purge: %v", err)
+	}
+	return res
+}
+
+// oldDelivered makes a table with n rows delivered long ago.
+func (s *suite) oldDelivered(t *testing.T, n int) (Table, string, []string) {
+	t.Helper()
+	tbl, src := s.newTable(t)
+	id := tbl.Insert(t, rows(n, 1000)...)
+	st := tbl.Open(t, Options{Source: src})
+	publishAll(t, claim(t, st, n))
+	for _, i := range id {
+		tbl.Backdate(t, i, 2*retentionAge)
+	}
+	return tbl, src, id
+}
+
 // retentionAge is the age the retention cases purge at; old rows are
 // backdated by twice as much.
 const retentionAge = time.Hour
@@ -47,7 +70,7 @@ func (s *suite) testRetention(t *testing.T) {
 	}
 	opts := source.PurgeOptions{OlderThan: retentionAge, BatchSize: 2}
 	if s.exp.deletes {
-		res := tbl.Purge(t, src, opts)
+		res := purge(t, tbl, src, opts)
 		if !res.KeptByLayout || res.Published != 0 || res.Dead != 0 || res.Batches != 0 {
 			t.Errorf("purge of a table whose layout deletes its rows = %+v, want it kept by the layout", res)
 		}
@@ -56,22 +79,22 @@ func (s *suite) testRetention(t *testing.T) {
 	}
 	dry := opts
 	dry.DryRun = true
-	if res := tbl.Purge(t, src, dry); res.Published != 1 || res.Dead != 0 {
+	if res := purge(t, tbl, src, dry); res.Published != 1 || res.Dead != 0 {
 		t.Errorf("dry run = %+v, want 1 delivered row counted", res)
 	}
 	dry.IncludeDead = true
-	if res := tbl.Purge(t, src, dry); res.Published != 1 || res.Dead != 1 {
+	if res := purge(t, tbl, src, dry); res.Published != 1 || res.Dead != 1 {
 		t.Errorf("dry run with the dead = %+v, want 1 delivered and 1 dead row counted", res)
 	}
 	there(true, true, true, true, true, true)
 
-	if res := tbl.Purge(t, src, opts); res.Published != 1 || res.Dead != 0 || res.Batches != 1 {
+	if res := purge(t, tbl, src, opts); res.Published != 1 || res.Dead != 0 || res.Batches != 1 {
 		t.Errorf("purge = %+v, want 1 delivered row deleted in 1 batch", res)
 	}
 	there(false, true, true, true, true, true)
 
 	opts.IncludeDead = true
-	if res := tbl.Purge(t, src, opts); res.Published != 0 || res.Dead != 1 {
+	if res := purge(t, tbl, src, opts); res.Published != 0 || res.Dead != 1 {
 		t.Errorf("purge with the dead = %+v, want 1 dead row deleted", res)
 	}
 	there(false, true, true, true, false, true)
@@ -100,14 +123,14 @@ func (s *suite) testRetentionReplayed(t *testing.T) {
 	tbl.BackdateReplay(t, dl[0].ID, 2*retentionAge)
 
 	opts := source.PurgeOptions{OlderThan: retentionAge, DryRun: true}
-	if res := tbl.Purge(t, src, opts); res.FailedEvents != 1 || res.Audit != 1 {
+	if res := purge(t, tbl, src, opts); res.FailedEvents != 1 || res.Audit != 1 {
 		t.Errorf("dry run = %+v, want 1 dead letter and 1 audit row counted", res)
 	}
 	if got := tbl.ListFailed(t, source.DLQFilter{Source: src, IncludeReplayed: true}); len(got) != 3 {
 		t.Errorf("dry run deleted dead letters: %v left", eventIDs(got))
 	}
 	opts.DryRun = false
-	if res := tbl.Purge(t, src, opts); res.FailedEvents != 1 || res.Audit != 1 {
+	if res := purge(t, tbl, src, opts); res.FailedEvents != 1 || res.Audit != 1 {
 		t.Errorf("purge = %+v, want 1 dead letter and 1 audit row deleted", res)
 	}
 	got := tbl.ListFailed(t, source.DLQFilter{Source: src, IncludeReplayed: true})
@@ -131,11 +154,7 @@ func (s *suite) testRetentionLockRetry(t *testing.T) {
 	if s.exp.deletes {
 		t.Skip("the layout deletes its rows: retention leaves the table alone")
 	}
-	tbl, src := s.newTable(t)
-	id := tbl.Insert(t, rows(1, 900)...)
-	st := tbl.Open(t, Options{Source: src})
-	publishAll(t, claim(t, st, 1))
-	tbl.Backdate(t, id[0], 2*retentionAge)
+	tbl, src, id := s.oldDelivered(t, 1)
 	unlock := tbl.LockTable(t)
 	// MySQL counts lock timeouts in whole seconds: one second for both,
 	// and the lock held a little longer.
@@ -143,8 +162,51 @@ func (s *suite) testRetentionLockRetry(t *testing.T) {
 		time.Sleep(1500 * time.Millisecond)
 		unlock()
 	}()
-	res := tbl.Purge(t, src, source.PurgeOptions{OlderThan: retentionAge, LockTimeout: time.Second, Pause: 50 * time.Millisecond})
+	res := purge(t, tbl, src, source.PurgeOptions{OlderThan: retentionAge, LockTimeout: time.Second, Pause: 50 * time.Millisecond})
 	if res.Published != 1 || tbl.State(t, id[0]).Exists {
 		t.Errorf("purge after a lock timeout = %+v, want the delivered row deleted", res)
+	}
+}
+
+// testRetentionGivesUp: while a lock that forbids deletes is held on the
+// table, each batch waits at most the lock timeout and the run fails after
+// a few tries instead of queueing behind it.
+func (s *suite) testRetentionGivesUp(t *testing.T) {
+	if s.exp.deletes {
+		t.Skip("the layout deletes its rows: retention leaves the table alone")
+	}
+	tbl, src, _ := s.oldDelivered(t, 2)
+	defer tbl.LockTable(t)()
+	start := time.Now()
+	_, err := tbl.Purge(t, src, source.PurgeOptions{OlderThan: retentionAge, LockTimeout: time.Second, Pause: 20 * time.Millisecond})
+	if err == nil {
+		t.Fatal("purge succeeded while the table was locked")
+	}
+	if took := time.Since(start); took > 15*time.Second {
+		t.Errorf("purge took %s to give up", took)
+	}
+}
+
+// testRetentionSkipsLockedRows: a row another transaction holds (a replay,
+// an application's update) is skipped rather than waited for, and the rest
+// is purged at once.
+func (s *suite) testRetentionSkipsLockedRows(t *testing.T) {
+	if s.exp.deletes {
+		t.Skip("the layout deletes its rows: retention leaves the table alone")
+	}
+	tbl, src, id := s.oldDelivered(t, 9)
+	unlock := tbl.LockRow(t, id[4])
+	defer unlock()
+	start := time.Now()
+	res := purge(t, tbl, src, source.PurgeOptions{OlderThan: retentionAge, BatchSize: 3, LockTimeout: 3 * time.Second})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("purge took %s beside a held row", took)
+	}
+	if res.Published != 8 {
+		t.Errorf("deleted %d rows, want 8 (all but the held one)", res.Published)
+	}
+	unlock()
+	if !tbl.State(t, id[4]).Exists {
+		t.Error("the held row was deleted")
 	}
 }

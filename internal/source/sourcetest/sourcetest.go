@@ -84,6 +84,8 @@ func Run(t *testing.T, h Harness) {
 				{"RetentionDeletesOnlyOldSettledRows", s.testRetention},
 				{"RetentionPrunesReplayedDeadLetters", s.testRetentionReplayed},
 				{"RetentionRetriesLockTimeouts", s.testRetentionLockRetry},
+				{"RetentionGivesUpOnTableLock", s.testRetentionGivesUp},
+				{"RetentionSkipsLockedRows", s.testRetentionSkipsLockedRows},
 			} {
 				if (tc.name == "ForeignClaims" || tc.name == "ForeignClaimBeyondTheWindow") && !s.exp.claims {
 					continue // the preset records no claims (state.batch_id)
