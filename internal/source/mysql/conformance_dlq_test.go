@@ -123,3 +123,10 @@ func (tb *myTable) LockRow(t *testing.T, id string) func() {
 	t.Cleanup(unlock)
 	return unlock
 }
+
+func (tb *myTable) DeleteRow(t *testing.T, id string) {
+	t.Helper()
+	if _, err := tb.h.db.ExecContext(context.Background(), "DELETE FROM "+tb.table.String()+" WHERE id = ?", id); err != nil {
+		t.Fatalf("delete row: %v", err)
+	}
+}

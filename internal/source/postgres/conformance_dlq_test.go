@@ -114,3 +114,11 @@ func (tb *pgTable) LockRow(t *testing.T, id string) func() {
 	t.Cleanup(unlock)
 	return unlock
 }
+
+func (tb *pgTable) DeleteRow(t *testing.T, id string) {
+	t.Helper()
+	q := map[string]string{"status": "$1::uuid", "kafka-outbox": "$1::bigint", "delete": "$1::bigint"}[tb.preset]
+	if _, err := tb.h.pool.Exec(context.Background(), "DELETE FROM "+tb.table.String()+" WHERE id = "+q, id); err != nil {
+		t.Fatalf("delete row: %v", err)
+	}
+}

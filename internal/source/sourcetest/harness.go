@@ -40,7 +40,7 @@
 //   - retention deletes delivered rows older than the cutoff, dead rows
 //     only when asked, never pending, claimed or backing-off rows, and
 //     prunes dead letters replayed before the cutoff with their audit
-//     rows; a dry run counts the same and deletes nothing; a layout that
+//     rows and the retry state of rows no longer in the table; a dry run counts the same and deletes nothing; a layout that
 //     deletes its rows is left alone; a row another transaction holds is
 //     skipped, not waited for; a batch that gives up on a table lock is
 //     tried again, and the run fails after a few tries.
@@ -118,6 +118,8 @@ type Table interface {
 	// Backdate moves the row's dates (created, published) back by d; a
 	// layout without dates leaves it as it is.
 	Backdate(t *testing.T, id string, d time.Duration)
+	// DeleteRow deletes the row with id, as an application might.
+	DeleteRow(t *testing.T, id string)
 	// LockRow locks the row with id as an application's transaction
 	// would (SELECT ... FOR UPDATE) until unlock is called.
 	LockRow(t *testing.T, id string) (unlock func())

@@ -210,3 +210,36 @@ func (s *suite) testRetentionSkipsLockedRows(t *testing.T) {
 		t.Error("the held row was deleted")
 	}
 }
+
+// testRetentionRetryState: a retention run deletes the retry state of rows
+// no longer in the table, whatever their age, and keeps that of rows still
+// there; a dry run counts it.
+func (s *suite) testRetentionRetryState(t *testing.T) {
+	tbl, src := s.newTable(t)
+	id := tbl.Insert(t, rows(2, 1100)...)
+	st := tbl.Open(t, Options{Source: src})
+	at := time.Now().Add(time.Hour)
+	complete(t, claim(t, st, 2), source.Outcome{Retry: []source.Retry{
+		{Index: 0, Attempts: 1, At: at, Err: "broker down"},
+		{Index: 1, Attempts: 1, At: at, Err: "broker down"},
+	}})
+	tbl.DeleteRow(t, id[0])
+	opts := source.PurgeOptions{OlderThan: retentionAge, DryRun: true}
+	if res := purge(t, tbl, src, opts); res.RetryState != 1 {
+		t.Errorf("dry run = %+v, want the retry state of 1 deleted row counted", res)
+	}
+	opts.DryRun = false
+	if res := purge(t, tbl, src, opts); res.RetryState != 1 {
+		t.Errorf("purge = %+v, want the retry state of 1 deleted row deleted", res)
+	}
+	if res := purge(t, tbl, src, opts); res.RetryState != 0 {
+		t.Errorf("second purge = %+v, want no retry state left to delete", res)
+	}
+	// The row still there keeps its backoff: it is not claimable before
+	// its time.
+	if b := claim(t, st, 10); b != nil {
+		got := ids(b)
+		release(t, b)
+		t.Errorf("claimed %v: the retry state of a row still there was deleted", got)
+	}
+}

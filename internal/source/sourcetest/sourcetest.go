@@ -83,6 +83,7 @@ func Run(t *testing.T, h Harness) {
 				{"PurgeDeadLetters", s.testPurgeDead},
 				{"RetentionDeletesOnlyOldSettledRows", s.testRetention},
 				{"RetentionPrunesReplayedDeadLetters", s.testRetentionReplayed},
+				{"RetentionPrunesOrphanedRetryState", s.testRetentionRetryState},
 				{"RetentionRetriesLockTimeouts", s.testRetentionLockRetry},
 				{"RetentionGivesUpOnTableLock", s.testRetentionGivesUp},
 				{"RetentionSkipsLockedRows", s.testRetentionSkipsLockedRows},
