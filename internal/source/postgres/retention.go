@@ -101,8 +101,13 @@ func (d *purgeDriver) CountSweep(ctx context.Context, sw sweep) (n, second int64
 	return n, second, err
 }
 
-func (d *purgeDriver) PurgeBatch(ctx context.Context, sw sweep, cursor *string, limit int, _ bool) (source.PurgeBatch, error) {
+// PurgeBatch runs one batch: one statement that selects, locks and
+// deletes. A dry run is counted by CountSweep, never here.
+func (d *purgeDriver) PurgeBatch(ctx context.Context, sw sweep, cursor *string, limit int, dryRun bool) (source.PurgeBatch, error) {
 	var b source.PurgeBatch
+	if dryRun {
+		return b, errors.New("a dry run is counted in one statement (CountSweep), not by batches")
+	}
 	q, args := sw.first, append(slices.Clone(sw.args), limit)
 	if cursor != nil {
 		q, args = sw.next, append(args, *cursor)
