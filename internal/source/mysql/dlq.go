@@ -12,7 +12,6 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
-
 // FailedEvent is one row of the dead-letter table.
 type FailedEvent = source.FailedEvent
 

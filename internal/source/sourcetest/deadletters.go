@@ -33,7 +33,7 @@ func eventIDs(evs []source.FailedEvent) []string {
 // testDeadLetterList: every filter of the dead-letter list selects what it
 // names, oldest first or newest first, within the limit.
 func (s *suite) testDeadLetterList(t *testing.T) {
-	tbl, src := s.newTable(t)
+	tbl, src := s.retainedTable(t)
 	id := tbl.Insert(t, rows(3, 400)...)
 	st := tbl.Open(t, Options{Source: src})
 	deadLetter(t, st, "broker said: Request TIMED OUT")
@@ -78,7 +78,7 @@ func (s *suite) testDeadLetterList(t *testing.T) {
 // where the layout deleted it), marks the dead letter replayed, records an
 // audit row, and refuses another source's dead letters.
 func (s *suite) testReplay(t *testing.T) {
-	tbl, src := s.newTable(t)
+	tbl, src := s.retainedTable(t)
 	id := tbl.Insert(t, rows(2, 500)...)
 	st := tbl.Open(t, Options{Source: src})
 	deadLetter(t, st, "boom")
@@ -126,7 +126,7 @@ func (s *suite) testReplay(t *testing.T) {
 // yet replayed, each with an audit row, and leaves the table's rows and the
 // replayed dead letters as they are.
 func (s *suite) testPurgeDead(t *testing.T) {
-	tbl, src := s.newTable(t)
+	tbl, src := s.retainedTable(t)
 	id := tbl.Insert(t, rows(2, 600)...)
 	st := tbl.Open(t, Options{Source: src})
 	deadLetter(t, st, "boom")

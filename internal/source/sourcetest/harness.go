@@ -102,7 +102,28 @@ type Table interface {
 	// claim time, not yet delivered. Only called for presets whose layout
 	// has state.batch_id.
 	ClaimElsewhere(t *testing.T, id string, at time.Time)
+}
 
+// Options configure a Store opened by Table.Open.
+type Options struct {
+	// Source is the source's name: the key of its relay state, dead
+	// letters and retry state. The suite makes it unique per table.
+	Source string
+	// Ordering turns per-key order on.
+	Ordering bool
+	// ClaimTimeout is the store's claim timeout (config
+	// sources[].claim_timeout); zero means the default. A claim left
+	// idle longer must be ended by the database, and another relay's
+	// unfinished claim older than this is taken back.
+	ClaimTimeout time.Duration
+}
+
+// Store is a source.Store opened on a test table.
+// RetainedTable is a Table whose dead letters and retention the suite can
+// drive: the cases on dead letters and retention run on it; a store without
+// them (the payment queue keeps its outcomes in its archive) skips them.
+type RetainedTable interface {
+	Table
 	// ListFailed lists the dead letters f selects, as the store's
 	// ListFailed does.
 	ListFailed(t *testing.T, f source.DLQFilter) []source.FailedEvent
@@ -131,21 +152,6 @@ type Table interface {
 	BackdateReplay(t *testing.T, deadLetterID string, d time.Duration)
 }
 
-// Options configure a Store opened by Table.Open.
-type Options struct {
-	// Source is the source's name: the key of its relay state, dead
-	// letters and retry state. The suite makes it unique per table.
-	Source string
-	// Ordering turns per-key order on.
-	Ordering bool
-	// ClaimTimeout is the store's claim timeout (config
-	// sources[].claim_timeout); zero means the default. A claim left
-	// idle longer must be ended by the database, and another relay's
-	// unfinished claim older than this is taken back.
-	ClaimTimeout time.Duration
-}
-
-// Store is a source.Store opened on a test table.
 type Store interface {
 	source.Store
 	// Replay puts dead letters of the store's source back into the
