@@ -64,6 +64,7 @@ func goldenSQL(t *testing.T, l *layout.Layout, tbl Table) string {
 	const relaySchema = "outbox_relay"
 	var f sourcetest.SQLFile
 	add := f.Add
+	add("claim transaction: settings", claimSettings)
 	for _, ordering := range []bool{true, false} {
 		s := buildStatements(l, tbl.String(), relaySchema, ordering, 60*time.Second)
 		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
