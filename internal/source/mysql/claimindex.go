@@ -42,3 +42,26 @@ ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME LIMIT 1`, t.Schema, t.Name, l.O
 	}
 	return name, nil
 }
+
+// PendingIndex picks an index that holds a layout's pending rows together
+// in the claim's order, for the reads that lock nothing (a claim's window):
+// for a layout whose pending rows have a NULL published-at column ordered
+// by id, an index whose first column is that column (InnoDB orders a
+// secondary index's equal entries by the primary key). It returns "" when
+// there is none, and for every other layout.
+func PendingIndex(ctx context.Context, db *sql.DB, t Table, l *layout.Layout) (string, error) {
+	if l.Mode != "timestamp" || l.PublishedAt == "" || l.OrderBy != l.ID.Name {
+		return "", nil
+	}
+	var name string
+	err := db.QueryRowContext(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? AND SEQ_IN_INDEX = 1 AND COLUMN_NAME = ?
+ORDER BY INDEX_NAME LIMIT 1`, t.Schema, t.Name, l.PublishedAt).Scan(&name)
+	switch {
+	case err == sql.ErrNoRows:
+		return "", nil
+	case err != nil:
+		return "", fmt.Errorf("indexes of %s: %w", t, err)
+	}
+	return name, nil
+}

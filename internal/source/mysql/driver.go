@@ -132,8 +132,12 @@ func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.
 	if err != nil {
 		return nil, fmt.Errorf("table: %w", err)
 	}
+	pending, err := PendingIndex(ctx, t.db.db, t.t, p.Layout)
+	if err != nil {
+		return nil, fmt.Errorf("table: %w", err)
+	}
 	opts := Options{Source: p.Source, Table: t.t, RelayDatabase: t.db.relayDB, Layout: p.Layout,
-		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout, ClaimIndex: index}
+		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout, ClaimIndex: index, PendingIndex: pending}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

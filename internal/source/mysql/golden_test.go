@@ -80,20 +80,24 @@ func TestGoldenSQL(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			pending, err := PendingIndex(ctx, db, tbl, l)
+			if err != nil {
+				t.Fatal(err)
+			}
 			st := &Store{db: db, opts: Options{Table: tbl, Layout: l}}
-			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "mysql", g.preset+".sql.golden"), goldenSQL(ctx, t, st, index))
+			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "mysql", g.preset+".sql.golden"), goldenSQL(ctx, t, st, index, pending))
 		})
 	}
 }
 
 // goldenSQL renders every statement of a store of layout l on table t.
-func goldenSQL(ctx context.Context, t *testing.T, st *Store, index string) string {
+func goldenSQL(ctx context.Context, t *testing.T, st *Store, index, pending string) string {
 	const relayDB = "outbox_relay"
 	l, tbl := st.opts.Layout, st.opts.Table
 	var f sourcetest.SQLFile
 	add := f.Add
 	for _, ordering := range []bool{true, false} {
-		s := buildStatements(l, tbl.String(), relayDB, ordering, 60*time.Second, index)
+		s := buildStatements(l, tbl.String(), relayDB, ordering, 60*time.Second, index, pending)
 		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
 		add("claim, "+o, s.claim)
 		if !ordering {
@@ -132,7 +136,7 @@ func goldenSQL(ctx context.Context, t *testing.T, st *Store, index string) strin
 		q, args := listFailedSQL(relayDB, df.Filter)
 		add(fmt.Sprintf("dead letters: list, %s (args %v)", df.Name, args), q)
 	}
-	s := buildStatements(l, tbl.String(), relayDB, true, 60*time.Second, index)
+	s := buildStatements(l, tbl.String(), relayDB, true, 60*time.Second, index, pending)
 	sets := s.pendingValues
 	if reset, err := st.errorReset(ctx); err != nil {
 		t.Fatal(err)

@@ -106,7 +106,7 @@ func idValueSQL(l *layout.Layout, expr string) string {
 
 const now = "UTC_TIMESTAMP(6)"
 
-func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, claimTimeout time.Duration, index string) statements {
+func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, claimTimeout time.Duration, index, pendingIndex string) statements {
 	rs := QuoteIdent(relayDB)
 	var s statements
 	// The retry state is read in subqueries, never joined: a locking read
@@ -152,7 +152,14 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 		// read once per row considered (a claim of 1,000 over 20,000
 		// pending rows took 12 s), and read once per claim from the whole
 		// table, once per claim for every pending row.
-		win := windowSQL(l, table, rs, force, claimTimeout)
+		// The window is a plain read (it locks nothing), so it may read
+		// the pending rows by an index of them, passing over none of the
+		// delivered rows the claim's own index holds.
+		winForce := force
+		if pendingIndex != "" {
+			winForce = " FORCE INDEX (" + QuoteIdent(pendingIndex) + ")"
+		}
+		win := windowSQL(l, table, rs, winForce, claimTimeout)
 		where = append(where, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM (%s) h
     WHERE h.fc AND h.k = %s AND h.k <> '' AND (h.ob, h.id) < (%s, %s))`,
 			win, sq.OrderKey(l, "o"), sq.Col("o", l.OrderBy), sq.Col("o", l.ID.Name)),

@@ -44,6 +44,9 @@ type Options struct {
 	// ClaimIndex); empty leaves the choice to the planner, which is only
 	// safe while a single claim runs at a time.
 	ClaimIndex string
+	// PendingIndex, when set, is the index a claim's window reads the
+	// pending rows by (see PendingIndex); empty reads it by ClaimIndex.
+	PendingIndex string
 }
 
 // Validate checks every identifier the store will put in SQL; the error
@@ -58,6 +61,11 @@ func (o Options) Validate() error {
 	}
 	if o.ClaimIndex != "" {
 		if err := ValidateIdent("claim index", o.ClaimIndex); err != nil {
+			return err
+		}
+	}
+	if o.PendingIndex != "" {
+		if err := ValidateIdent("pending index", o.PendingIndex); err != nil {
 			return err
 		}
 	}
@@ -156,7 +164,7 @@ func New(db *sql.DB, opts Options) *Store {
 	}
 	s.opts = opts
 	if s.invalid = opts.Validate(); s.invalid == nil {
-		s.sql = buildStatements(opts.Layout, opts.Table.String(), opts.RelayDatabase, opts.Ordering, opts.ClaimTimeout, opts.ClaimIndex)
+		s.sql = buildStatements(opts.Layout, opts.Table.String(), opts.RelayDatabase, opts.Ordering, opts.ClaimTimeout, opts.ClaimIndex, opts.PendingIndex)
 		s.id = kindOf(opts.Layout.ID)
 	}
 	return s
