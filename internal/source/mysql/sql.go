@@ -160,8 +160,12 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 			winForce = " FORCE INDEX (" + QuoteIdent(pendingIndex) + ")"
 		}
 		win := windowSQL(l, table, rs, winForce, claimTimeout)
-		where = append(where, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM (%s) h
-    WHERE h.fc AND h.k = %s AND h.k <> '' AND (h.ob, h.id) < (%s, %s))`,
+		// The window's rows another relay claimed (usually none) are kept
+		// apart once per claim (DISTINCT keeps the derived table from
+		// being merged into the subquery, which would then read the whole
+		// window for every row the claim considers).
+		where = append(where, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM (SELECT DISTINCT win.k, win.ob, win.id FROM (%s) win WHERE win.fc) h
+    WHERE h.k = %s AND h.k <> '' AND (h.ob, h.id) < (%s, %s))`,
 			win, sq.OrderKey(l, "o"), sq.Col("o", l.OrderBy), sq.Col("o", l.ID.Name)),
 			fmt.Sprintf("(%s, %s) <= (SELECT w.ob, w.id FROM (%s) w ORDER BY w.ob DESC, w.id DESC LIMIT 1)",
 				sq.Col("o", l.OrderBy), sq.Col("o", l.ID.Name), win))
