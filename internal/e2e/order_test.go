@@ -2,17 +2,14 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
-	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -91,78 +88,23 @@ VALUES ($1, 'journey', 'journey.created', jsonb_build_object('key', $2::int, 'se
 	}
 	wg.Wait()
 	total := keys * perKey
-	// A message the client failed after a later message of its key had
-	// been handed to it, which then succeeded, cannot be sent again without
-	// breaking the key's order: it is dead-lettered with that reason (see
-	// the Kafka sink's documentation). Such a race is rare; each one is
-	// accounted for below.
-	dead := map[[2]int]string{}
-	var recs []*kgo.Record
-	waitFor(t, 90*time.Second, "every event delivered or dead-lettered", func() (bool, string) {
-		recs = col.records()
+	run := keyOrderRun{keys: keys, perKey: perKey, deadLetters: func() (map[[2]int]string, error) {
 		rows, err := pool.Query(ctx, "SELECT (payload->>'key')::int, (payload->>'seq')::int, failure_reason FROM outbox_relay.failed_events")
 		if err != nil {
-			return false, err.Error()
+			return nil, err
 		}
 		defer rows.Close()
-		for rows.Next() {
-			var k, seq int
-			var reason string
-			if err := rows.Scan(&k, &seq, &reason); err != nil {
-				return false, err.Error()
-			}
-			dead[[2]int{k, seq}] = reason
-		}
-		n := len(distinct(recs)) + len(dead)
-		return n >= total, fmt.Sprintf("%d delivered, %d dead letters, of %d", len(distinct(recs)), len(dead), total)
-	})
+		return scanDeadLetters(rows.Scan, rows.Next, rows.Err)
+	}}
+	dups, dead := run.await(t, col, 90*time.Second)
 	stop()
 	fault.Remove()
-
-	next := make([]int, keys) // next seq expected to arrive first, per key
-	skipDead := func(k int) {
-		for dead[[2]int{k, next[k]}] != "" {
-			next[k]++
-		}
-	}
-	seen := map[[2]int]bool{}
-	dups := 0
-	for _, r := range recs {
-		var p struct{ Key, Seq int }
-		if err := json.Unmarshal(r.Value, &p); err != nil {
-			t.Fatal(err)
-		}
-		if seen[[2]int{p.Key, p.Seq}] {
-			dups++
-			continue
-		}
-		seen[[2]int{p.Key, p.Seq}] = true
-		skipDead(p.Key)
-		if p.Seq != next[p.Key] {
-			t.Fatalf("key %d: event %d arrived before event %d", p.Key, p.Seq, next[p.Key])
-		}
-		next[p.Key]++
-	}
-	for k := range next {
-		skipDead(k)
-		if next[k] != perKey {
-			t.Fatalf("key %d: %d of %d events arrived or were dead-lettered", k, next[k], perKey)
-		}
-	}
-	for ev, reason := range dead {
-		if seen[ev] || !strings.Contains(reason, "a later message with the same key was delivered") {
-			t.Errorf("key %d event %d dead-lettered (delivered too: %v): %s", ev[0], ev[1], seen[ev], reason)
-		}
-	}
-	if len(dead) > total/100 {
-		t.Errorf("%d of %d events dead-lettered as overtaken: the sink no longer holds a key's messages after a failure", len(dead), total)
-	}
 	var retried int64
 	if err := pool.QueryRow(ctx, "SELECT total_events_retried FROM outbox_relay.relay_state WHERE source = 'orders'").Scan(&retried); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("%d events, %d keys: %d produce requests failed, %d rows retried by the relay, %d duplicates, %d overtaken and dead-lettered",
-		total, keys, fault.Hits(), retried, dups, len(dead))
+		total, keys, fault.Hits(), retried, dups, dead)
 	if fault.Hits() == 0 || retried == 0 {
 		t.Fatalf("the failure path was not exercised (faulted requests %d, rows retried %d)", fault.Hits(), retried)
 	}
