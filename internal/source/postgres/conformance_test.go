@@ -210,33 +210,11 @@ FROM %s WHERE id = $1::bigint`
 }
 
 func (tb *pgTable) DeadLetters(t *testing.T, id string) []sourcetest.DeadLetter {
-	t.Helper()
-	rows, err := tb.h.pool.Query(context.Background(), `SELECT failure_reason, failure_count FROM outbox_relay.failed_events
-WHERE source_schema = $1 AND source_table = $2 AND original_event_id = $3 ORDER BY created_at`, tb.table.Schema, tb.table.Name, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (sourcetest.DeadLetter, error) {
-		var d sourcetest.DeadLetter
-		err := r.Scan(&d.Reason, &d.Attempts)
-		return d, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return pgtest.DeadLetters(t, tb.h.pool, tb.table.Schema, tb.table.Name, id)
 }
 
 func (tb *pgTable) Totals(t *testing.T, src string) source.Stats {
-	t.Helper()
-	var s source.Stats
-	err := tb.h.pool.QueryRow(context.Background(), `SELECT total_events_published, total_events_retried, total_events_dead_lettered,
-  COALESCE(last_published_event_id, '') FROM outbox_relay.relay_state WHERE source = $1`, src).
-		Scan(&s.Published, &s.Retried, &s.DeadLettered, &s.LastPublishedID)
-	if err != nil && err != pgx.ErrNoRows {
-		t.Fatal(err)
-	}
-	return s
+	return pgtest.Totals(t, tb.h.pool, src)
 }
 
 func (tb *pgTable) ClaimElsewhere(t *testing.T, id string, at time.Time) {
