@@ -22,6 +22,8 @@ type PurgeOptions struct {
 	// gives up is tried again after the pause. Zero takes the store's
 	// default.
 	LockTimeout time.Duration
+	// StatementTimeout bounds one batch; zero takes the store's default.
+	StatementTimeout time.Duration
 }
 
 // PurgeResult counts what a retention run deleted, or with DryRun would

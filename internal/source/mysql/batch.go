@@ -74,63 +74,57 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 }
 
 func (b *batch) complete(ctx context.Context, o source.Outcome) error {
+	// A row with attempts may have retry state (the table's own counter
+	// may count attempts another relay made: forgetting nothing is harmless).
+	c := source.PlanCompletion(b.rows, o, func(i int) bool { return b.rows[i].Attempts > 0 })
+	return source.WriteCompletion(ctx, b, c, b.lease != nil)
+}
+
+// CheckLease implements source.CompletionWriter. The read (READ COMMITTED)
+// sees the lease as it is now, and takes no lock: a holder frozen inside
+// this transaction would otherwise keep every replica from taking the
+// lease over. A takeover committed after it finds this transaction open
+// and ends it (Leases.EndOwner) before the new holder claims anything.
+func (b *batch) CheckLease(ctx context.Context) error { return b.checkLease(ctx, "") }
+
+// Acknowledge implements source.CompletionWriter.
+func (b *batch) Acknowledge(ctx context.Context, rows []int) error {
+	ids := make([]string, len(rows))
+	for i, idx := range rows {
+		ids[i] = b.rows[idx].ID
+	}
+	return b.acknowledgeIDs(ctx, "acknowledge", ids)
+}
+
+// acknowledgeIDs records the rows with ids as published, or deletes them.
+func (b *batch) acknowledgeIDs(ctx context.Context, what string, ids []string) error {
 	s := b.store
-	if b.lease != nil {
-		// A deposed holder completes nothing. The read (READ COMMITTED)
-		// sees the lease as it is now, and takes no lock: a holder frozen
-		// inside this transaction would otherwise keep every replica from
-		// taking the lease over. A takeover committed after it finds this
-		// transaction open and ends it (Leases.EndOwner) before the new
-		// holder claims anything.
-		if err := b.checkLease(ctx, ""); err != nil {
-			return err
+	sets := ""
+	var setArgs []any
+	if s.opts.Layout.Mode != "delete" {
+		sets = s.sql.ackSets
+		if s.sql.ackClaim {
+			setArgs = []any{b.id, b.claimedAt}
 		}
 	}
-	var clear []string
-	if len(o.Published) > 0 {
-		ids := make([]string, len(o.Published))
-		for i, idx := range o.Published {
-			r := &b.rows[idx]
-			ids[i] = r.ID
-			if r.Attempts > 0 {
-				clear = append(clear, r.ID)
-			}
-		}
-		sets := ""
-		var setArgs []any
-		if s.opts.Layout.Mode != "delete" {
-			sets = s.sql.ackSets
-			if s.sql.ackClaim {
-				setArgs = []any{b.id, b.claimedAt}
-			}
-		}
-		if err := b.byIDs(ctx, "acknowledge", sets, ids, setArgs...); err != nil {
-			return err
-		}
-	}
-	if len(o.Retry) > 0 {
-		if err := b.retry(ctx, o.Retry); err != nil {
-			return err
-		}
-	}
-	if len(o.Dead) > 0 {
-		if err := b.dead(ctx, o.Dead); err != nil {
-			return err
-		}
-		for _, d := range o.Dead {
-			if r := &b.rows[d.Index]; r.Attempts > 0 {
-				clear = append(clear, r.ID)
-			}
-		}
-	}
-	for chunk := range chunks(clear) {
+	return b.byIDs(ctx, what, sets, ids, setArgs...)
+}
+
+// ForgetRetries implements source.CompletionWriter.
+func (b *batch) ForgetRetries(ctx context.Context, ids []string) error {
+	return b.store.forgetRetries(ctx, b.tx, ids)
+}
+
+// forgetRetries deletes the retry state of ids, a chunk at a time.
+func (s *Store) forgetRetries(ctx context.Context, tx *sql.Tx, ids []string) error {
+	for chunk := range chunks(ids) {
 		q := "DELETE FROM " + QuoteIdent(s.opts.RelayDatabase) + ".retry_state WHERE source = ? AND event_id IN (" + placeholders(len(chunk), "") + ")"
 		args := []any{s.opts.Source}
 		for _, id := range chunk {
 			args = append(args, id)
 		}
-		if _, err := b.tx.ExecContext(ctx, q, args...); err != nil {
-			return fmt.Errorf("clear retry state: %w", err)
+		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -208,16 +202,17 @@ func (b *batch) byIDs(ctx context.Context, what, sets string, ids []string, setA
 	return nil
 }
 
-// retry upserts the retry state of failed rows and, when the table has
-// them, its retry count and error columns.
-func (b *batch) retry(ctx context.Context, rs []source.Retry) error {
+// RecordRetries implements source.CompletionWriter: it upserts the retry
+// state of failed rows and, when the table has them, its retry count and
+// error columns.
+func (b *batch) RecordRetries(ctx context.Context, rs []source.Retry) error {
 	s := b.store
 	var vals []string
 	var args []any
 	for _, r := range rs {
 		row := &b.rows[r.Index]
 		vals = append(vals, "(?, ?, ?, ?, ?, ?, "+now+", "+now+")")
-		args = append(args, s.opts.Source, row.ID, cutOrderKey(row.OrderKey), r.Attempts, r.At.UTC(), truncate(r.Err))
+		args = append(args, s.opts.Source, row.ID, cutOrderKey(row.OrderKey), r.Attempts, r.At.UTC(), r.Err)
 	}
 	q := "INSERT INTO " + QuoteIdent(s.opts.RelayDatabase) + `.retry_state
   (source, event_id, order_key, attempts, next_attempt_at, last_error, first_failed_at, updated_at)
@@ -227,7 +222,7 @@ ON DUPLICATE KEY UPDATE order_key = VALUES(order_key), attempts = VALUES(attempt
 	if _, err := b.tx.ExecContext(ctx, q, args...); err != nil {
 		return fmt.Errorf("record retry state: %w", err)
 	}
-	if s.sql.retryCount == "" && s.sql.errorCol == "" {
+	if l := s.opts.Layout; l.RetryCount == "" && l.Error == "" {
 		return nil
 	}
 	ids := make([]string, len(rs))
@@ -260,26 +255,31 @@ func (b *batch) updateRows(ctx context.Context, what, extra string, ids []string
 		}
 		idArgs[i] = v
 	}
-	var sets []string
-	var args []any
-	if extra != "" {
-		sets = append(sets, extra)
-	}
-	caseOf := func(vals []any, expr string) string {
+	// Each value is chosen by the row's id; the SET list is sqlcore's,
+	// the retry count's values first, then the error's.
+	caseOf := func(vals []any) (string, []any) {
 		var c strings.Builder
+		var args []any
 		c.WriteString("CASE " + sq.Col("o", s.opts.Layout.ID.Name))
 		for i := range ids {
-			c.WriteString(" WHEN " + ph + " THEN " + expr)
+			c.WriteString(" WHEN " + ph + " THEN ?")
 			args = append(args, idArgs[i], vals[i])
 		}
 		c.WriteString(" END")
-		return c.String()
+		return c.String(), args
 	}
-	if s.sql.retryCount != "" {
-		sets = append(sets, QuoteIdent(s.sql.retryCount)+" = "+caseOf(attempts, "LEAST(?, 32767)"))
+	attemptsExpr, attemptsArgs := caseOf(attempts)
+	errExpr, errArgs := caseOf(errs)
+	sets := sq.FailureSets(s.opts.Layout, attemptsExpr, errExpr)
+	var args []any
+	if s.opts.Layout.RetryCount != "" {
+		args = append(args, attemptsArgs...)
 	}
-	if s.sql.errorCol != "" {
-		sets = append(sets, QuoteIdent(s.sql.errorCol)+" = "+caseOf(errs, "?"))
+	if s.opts.Layout.Error != "" {
+		args = append(args, errArgs...)
+	}
+	if extra != "" {
+		sets = append([]string{extra}, sets...)
 	}
 	if len(sets) == 0 {
 		return nil
@@ -332,27 +332,12 @@ func (s *Store) MarkPublished(ctx context.Context, ids []string) (int, error) {
 		return 0, fmt.Errorf("mark delivered events: %w", err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	b := &batch{store: s, tx: tx, id: newBatchID(), claimedAt: time.Now().UTC()}
-	sets := ""
-	var setArgs []any
-	if s.opts.Layout.Mode != "delete" {
-		sets = s.sql.ackSets
-		if s.sql.ackClaim {
-			setArgs = []any{b.id, b.claimedAt}
-		}
-	}
-	if err := b.byIDs(ctx, "mark delivered events", sets, ids, setArgs...); err != nil {
+	b := &batch{store: s, tx: tx, id: source.NewBatchID(), claimedAt: time.Now().UTC()}
+	if err := b.acknowledgeIDs(ctx, "mark delivered events", ids); err != nil {
 		return 0, err
 	}
-	for chunk := range chunks(ids) {
-		q := "DELETE FROM " + QuoteIdent(s.opts.RelayDatabase) + ".retry_state WHERE source = ? AND event_id IN (" + placeholders(len(chunk), "") + ")"
-		args := []any{s.opts.Source}
-		for _, id := range chunk {
-			args = append(args, id)
-		}
-		if _, err := tx.ExecContext(ctx, q, args...); err != nil {
-			return 0, fmt.Errorf("mark delivered events: clear retry state: %w", err)
-		}
+	if err := s.forgetRetries(ctx, tx, ids); err != nil {
+		return 0, fmt.Errorf("mark delivered events: clear retry state: %w", err)
 	}
 	if err := tx.Commit(); err != nil {
 		return 0, fmt.Errorf("mark delivered events: %w", err)

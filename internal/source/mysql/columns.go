@@ -172,7 +172,7 @@ func (s *Store) column(ctx context.Context, name string) (tableColumn, error) {
 // adopted table's VARCHAR(255), say), on a character boundary, marking the
 // cut with "...". Without an error column it returns msg as truncate does.
 func (s *Store) fitError(ctx context.Context, msg string) (string, error) {
-	msg = truncate(msg)
+	msg = source.ErrorText(msg)
 	if s.opts.Layout.Error == "" {
 		return msg, nil
 	}

@@ -31,9 +31,7 @@ func (tb *myTable) PurgeDead(t *testing.T, ids []string, actor string) int {
 
 func (tb *myTable) Purge(t *testing.T, src string, o source.PurgeOptions) (source.PurgeResult, error) {
 	t.Helper()
-	return Purge(context.Background(), tb.h.db, PurgeParams{Source: src, Table: tb.table, RelayDatabase: tb.h.relayDB,
-		Layout: tb.layout, OlderThan: o.OlderThan, IncludeDead: o.IncludeDead, DryRun: o.DryRun, BatchSize: o.BatchSize,
-		Pause: o.Pause, LockTimeout: o.LockTimeout})
+	return Purge(context.Background(), tb.h.db, PurgeParams{Source: src, Table: tb.table, RelayDatabase: tb.h.relayDB, Layout: tb.layout, PurgeOptions: o})
 }
 
 func (tb *myTable) Audit(t *testing.T, deadLetterID string) []string {

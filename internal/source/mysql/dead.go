@@ -8,10 +8,10 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
-// dead copies dead rows to failed_events (their route as rendered, the
-// payload as JSON or raw bytes, the whole row as JSON) and takes them out of
-// the pending set.
-func (b *batch) dead(ctx context.Context, ds []source.Dead) error {
+// DeadLetter implements source.CompletionWriter: it copies dead rows to
+// failed_events (their route as rendered, the payload as JSON or raw bytes,
+// the whole row as JSON) and takes them out of the pending set.
+func (b *batch) DeadLetter(ctx context.Context, ds []source.DeadLetter) error {
 	s := b.store
 	cols, err := s.tableColumns(ctx)
 	if err != nil {
@@ -29,28 +29,14 @@ func (b *batch) dead(ctx context.Context, ds []source.Dead) error {
 		ids   = make([]string, len(ds))
 	)
 	for i, d := range ds {
-		r := &b.rows[d.Index]
-		ids[i] = r.ID
-		var topic, key, pkey, headers any
-		if r.TopicOK {
-			topic = r.Topic
-		}
-		if r.Key != nil {
-			key = string(r.Key)
-		}
-		if r.PartitionKey != nil {
-			pkey = string(r.PartitionKey)
-		}
-		if r.Headers != nil && d.HeadersAreJSON {
-			headers = string(r.Headers)
-		}
+		ids[i] = d.ID
 		if i == 0 {
 			union = append(union, "SELECT ? AS id, ? AS event_type, ? AS topic, ? AS event_key, ? AS partition_key, ? AS headers, "+
 				"? AS payload, ? AS is_json, ? AS reason, ? AS attempts")
 		} else {
 			union = append(union, "SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?")
 		}
-		uargs = append(uargs, r.ID, r.EventType, topic, key, pkey, headers, r.Payload, d.PayloadIsJSON, truncate(d.Reason), d.Attempts)
+		uargs = append(uargs, d.ID, d.EventType, d.Topic, d.Key, d.PartitionKey, d.Headers, d.Payload, d.PayloadIsJSON, d.Reason, d.Attempts)
 	}
 	// A payload is kept as JSON only when the server agrees it is JSON;
 	// anything else goes to payload_raw as it was.

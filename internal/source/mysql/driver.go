@@ -145,11 +145,7 @@ func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.
 }
 
 func (t *adaptedTable) Purge(ctx context.Context, p driver.PurgeParams) (source.PurgeResult, error) {
-	res, err := Purge(ctx, t.db.db, PurgeParams{
-		Source: p.Source, Table: t.t, RelayDatabase: t.db.relayDB, Layout: p.Layout,
-		OlderThan: p.OlderThan, IncludeDead: p.IncludeDead, DryRun: p.DryRun,
-		BatchSize: p.BatchSize, Pause: p.Pause, LockTimeout: p.LockTimeout,
-	})
+	res, err := Purge(ctx, t.db.db, PurgeParams{Source: p.Source, Table: t.t, RelayDatabase: t.db.relayDB, Layout: p.Layout, PurgeOptions: p.PurgeOptions})
 	return res, err
 }
 

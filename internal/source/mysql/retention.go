@@ -9,7 +9,6 @@ import (
 	"math"
 	"slices"
 	"strconv"
-	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
 
@@ -17,39 +16,14 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
-// Retention defaults.
-const (
-	DefaultPurgeBatch       = source.DefaultPurgeBatch
-	DefaultPurgeLockTimeout = source.DefaultPurgeLockTimeout
-	DefaultPurgeStmtTimeout = source.DefaultPurgeStmtTimeout
-)
-
-// PurgeParams say which rows Purge deletes and how fast.
+// PurgeParams say which table Purge cleans, for which source, and how
+// (source.PurgeOptions: the age, dead letters, batches, pauses, timeouts).
 type PurgeParams struct {
 	Source        string // the source's name, as retry_state knows it
 	Table         Table
 	RelayDatabase string // default DefaultRelayDatabase
 	Layout        *layout.Layout
-	// OlderThan is the age a settled row must have, by its published-at
-	// column, else its created-at column.
-	OlderThan time.Duration
-	// IncludeDead deletes dead-lettered rows too (failed_events keeps a
-	// copy of each, and a replay restores it from there).
-	IncludeDead bool
-	// DryRun counts what would be deleted and deletes nothing.
-	DryRun bool
-	// BatchSize bounds the rows one batch deletes (default
-	// DefaultPurgeBatch); each batch is its own transaction.
-	BatchSize int
-	// Pause is slept between batches, to leave the database to others.
-	Pause time.Duration
-	// LockTimeout bounds how long a batch waits for a lock, row or table
-	// (innodb_lock_wait_timeout and lock_wait_timeout, in whole seconds,
-	// default DefaultPurgeLockTimeout); a batch that gives up is tried
-	// again after the pause. StatementTimeout bounds one batch (default
-	// DefaultPurgeStmtTimeout): its connection is closed, and the server
-	// rolls it back.
-	LockTimeout, StatementTimeout time.Duration
+	source.PurgeOptions
 }
 
 // PurgeResult counts what Purge deleted, or with DryRun would delete.
@@ -91,8 +65,7 @@ func Purge(ctx context.Context, db *sql.DB, p PurgeParams) (PurgeResult, error) 
 		resetTimeouts: "SET SESSION innodb_lock_wait_timeout = DEFAULT, lock_wait_timeout = DEFAULT"}
 	return source.Purge(ctx, d, source.PurgeRun{
 		Table: p.Table.String(), Relay: p.RelayDatabase, Source: p.Source, KeptRows: p.Layout.Mode == "delete",
-		PurgeOptions: source.PurgeOptions{OlderThan: p.OlderThan, IncludeDead: p.IncludeDead, DryRun: p.DryRun,
-			BatchSize: p.BatchSize, Pause: p.Pause},
+		PurgeOptions: p.PurgeOptions,
 	})
 }
 

@@ -73,8 +73,7 @@ func TestPurgeCommitsEachBatch(t *testing.T) {
 			}
 		}
 	})
-	res, err := mysql.Purge(ctx, e.db, mysql.PurgeParams{Source: "jm", Table: journeyTable, RelayDatabase: e.relayDB, Layout: l,
-		OlderThan: week, BatchSize: batch, Pause: 100 * time.Millisecond})
+	res, err := mysql.Purge(ctx, e.db, mysql.PurgeParams{Source: "jm", Table: journeyTable, RelayDatabase: e.relayDB, Layout: l, PurgeOptions: source.PurgeOptions{OlderThan: week, BatchSize: batch, Pause: 100 * time.Millisecond}})
 	close(done)
 	wg.Wait()
 	if err != nil {
@@ -119,8 +118,7 @@ func TestPurgeGivesUpOnTableLock(t *testing.T) {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	start := time.Now()
-	_, err = mysql.Purge(pctx, e.db, mysql.PurgeParams{Source: "jm", Table: journeyTable, RelayDatabase: e.relayDB, Layout: l,
-		OlderThan: week, LockTimeout: time.Second, Pause: 20 * time.Millisecond})
+	_, err = mysql.Purge(pctx, e.db, mysql.PurgeParams{Source: "jm", Table: journeyTable, RelayDatabase: e.relayDB, Layout: l, PurgeOptions: source.PurgeOptions{OlderThan: week, LockTimeout: time.Second, Pause: 20 * time.Millisecond}})
 	if err == nil {
 		t.Fatal("purge succeeded while the table was locked")
 	}
@@ -275,8 +273,7 @@ SELECT 'orders', '{}', CONCAT('k', seq %% 7), UTC_TIMESTAMP(6) - INTERVAL 31 DAY
 			}
 		})
 	}
-	res, err := mysql.Purge(ctx, e.db, mysql.PurgeParams{Source: "ko", Table: mysql.Table{Name: "kafka_outbox"}, RelayDatabase: e.relayDB,
-		Layout: l, OlderThan: week, BatchSize: 25, Pause: 5 * time.Millisecond})
+	res, err := mysql.Purge(ctx, e.db, mysql.PurgeParams{Source: "ko", Table: mysql.Table{Name: "kafka_outbox"}, RelayDatabase: e.relayDB, Layout: l, PurgeOptions: source.PurgeOptions{OlderThan: week, BatchSize: 25, Pause: 5 * time.Millisecond}})
 	wg.Wait()
 	if err != nil {
 		t.Fatalf("purge beside claims: %v", err)
@@ -291,8 +288,7 @@ SELECT 'orders', '{}', CONCAT('k', seq %% 7), UTC_TIMESTAMP(6) - INTERVAL 31 DAY
 	if skipped := old - deleted; skipped < 0 || skipped > old/10 {
 		t.Errorf("deleted %d rows beside the claims, want the %d old ones (a few skipped at most)", deleted, old)
 	}
-	res, err = mysql.Purge(ctx, e.db, mysql.PurgeParams{Source: "ko", Table: mysql.Table{Name: "kafka_outbox"}, RelayDatabase: e.relayDB,
-		Layout: l, OlderThan: week, BatchSize: 25})
+	res, err = mysql.Purge(ctx, e.db, mysql.PurgeParams{Source: "ko", Table: mysql.Table{Name: "kafka_outbox"}, RelayDatabase: e.relayDB, Layout: l, PurgeOptions: source.PurgeOptions{OlderThan: week, BatchSize: 25}})
 	if err != nil {
 		t.Fatalf("second purge: %v", err)
 	}
@@ -325,8 +321,7 @@ func TestOptimize(t *testing.T) {
 	insertOld(t, e, 5000, pad)
 	// The size before is the size of the full table.
 	mytest.Exec(t, e.db, "ANALYZE TABLE outbox")
-	if _, err := mysql.Purge(ctx, e.db, mysql.PurgeParams{Source: "jm", Table: journeyTable, RelayDatabase: e.relayDB, Layout: l,
-		OlderThan: week, BatchSize: 2000}); err != nil {
+	if _, err := mysql.Purge(ctx, e.db, mysql.PurgeParams{Source: "jm", Table: journeyTable, RelayDatabase: e.relayDB, Layout: l, PurgeOptions: source.PurgeOptions{OlderThan: week, BatchSize: 2000}}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := mysql.Optimize(ctx, e.db, mysql.Table{Schema: e.appDB, Name: "outbox"})
@@ -365,7 +360,7 @@ func TestRetentionNeedsPrivileges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	_, err = mysql.Purge(ctx, db, mysql.PurgeParams{Source: "jm", Table: journeyTable, RelayDatabase: e.relayDB, Layout: l, OlderThan: week})
+	_, err = mysql.Purge(ctx, db, mysql.PurgeParams{Source: "jm", Table: journeyTable, RelayDatabase: e.relayDB, Layout: l, PurgeOptions: source.PurgeOptions{OlderThan: week}})
 	if !errors.Is(err, source.ErrNoPrivilege) {
 		t.Errorf("purge without DELETE: %v, want ErrNoPrivilege", err)
 	}

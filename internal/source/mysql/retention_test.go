@@ -234,7 +234,7 @@ func settle(t *testing.T, st *mysql.Store, published, dead, retry []string) {
 }
 
 func purgeParams(e *env, l *layout.Layout, table string) mysql.PurgeParams {
-	return mysql.PurgeParams{Source: "src", Table: mysql.Table{Name: table}, RelayDatabase: e.relayDB, Layout: l, OlderThan: week, BatchSize: 2}
+	return mysql.PurgeParams{Source: "src", Table: mysql.Table{Name: table}, RelayDatabase: e.relayDB, Layout: l, PurgeOptions: source.PurgeOptions{OlderThan: week, BatchSize: 2}}
 }
 
 // TestPurgeLayouts: for every layout that keeps settled rows, Purge deletes

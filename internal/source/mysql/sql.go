@@ -27,8 +27,6 @@ type statements struct {
 	ackSets       string // SET list for a published row (not in delete mode); ? batch id, ? claim time when ackClaim
 	ackClaim      bool   // the layout records the claim (state.batch_id, state.claimed_at) on delivery
 	deadSets      string // SET list for a dead-lettered row (not in delete mode)
-	retryCount    string // column to keep attempts in, or ""
-	errorCol      string // column to keep the last error in, or ""
 	pendingValues string // SET list that puts a row back in the pending set
 	gauges        string // ? source
 	stats         string // ? source, schema, table, last id, published, retried, dead, pending, lag
@@ -197,7 +195,6 @@ FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, force, string
 		s.ackClaim = true
 	}
 	s.deadSets = setDead
-	s.retryCount, s.errorCol = l.RetryCount, l.Error
 	s.pendingValues = setPending
 
 	backlogAge := "NULL"

@@ -3,9 +3,7 @@ package mysql
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"database/sql"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -245,7 +243,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		}
 	}
 	if s.sql.ackClaim {
-		b.id = newBatchID()
+		b.id = source.NewBatchID()
 	}
 	s.held.Add(1)
 	b.counted = true
@@ -289,16 +287,6 @@ func (b *batch) claim(ctx context.Context, limit int) error {
 		}
 	}
 	return rows.Err()
-}
-
-// newBatchID returns a random (version 4) UUID.
-func newBatchID() string {
-	var u [16]byte
-	_, _ = rand.Read(u[:])
-	u[6] = u[6]&0x0f | 0x40
-	u[8] = u[8]&0x3f | 0x80
-	h := hex.EncodeToString(u[:])
-	return h[0:8] + "-" + h[8:12] + "-" + h[12:16] + "-" + h[16:20] + "-" + h[20:]
 }
 
 // RecordStats implements source.Store: one statement reads the backlog and
@@ -361,14 +349,6 @@ func (s *Store) idWrap() string {
 		return "UNHEX(%s)"
 	}
 	return ""
-}
-
-func truncate(s string) string {
-	const maxLen = 2000
-	if len(s) > maxLen {
-		return s[:maxLen] + "..."
-	}
-	return s
 }
 
 // cutOrderKey bounds an order key to retry_state.order_key's length in

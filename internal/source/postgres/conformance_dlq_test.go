@@ -34,9 +34,7 @@ func (tb *pgTable) PurgeDead(t *testing.T, ids []string, actor string) int {
 
 func (tb *pgTable) Purge(t *testing.T, src string, o source.PurgeOptions) (source.PurgeResult, error) {
 	t.Helper()
-	return postgres.Purge(context.Background(), tb.h.pool, postgres.PurgeParams{Source: src, Table: tb.table,
-		RelaySchema: relaySchema, Layout: tb.layout, OlderThan: o.OlderThan, IncludeDead: o.IncludeDead, DryRun: o.DryRun,
-		BatchSize: o.BatchSize, Pause: o.Pause, LockTimeout: o.LockTimeout})
+	return postgres.Purge(context.Background(), tb.h.pool, postgres.PurgeParams{Source: src, Table: tb.table, RelaySchema: relaySchema, Layout: tb.layout, PurgeOptions: o})
 }
 
 func (tb *pgTable) Audit(t *testing.T, deadLetterID string) []string {

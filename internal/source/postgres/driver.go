@@ -181,11 +181,7 @@ func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.
 }
 
 func (t *adaptedTable) Purge(ctx context.Context, p driver.PurgeParams) (source.PurgeResult, error) {
-	res, err := Purge(ctx, t.db.pool, PurgeParams{
-		Source: p.Source, Table: t.t, RelaySchema: t.db.schema, Layout: p.Layout,
-		OlderThan: p.OlderThan, IncludeDead: p.IncludeDead, DryRun: p.DryRun,
-		BatchSize: p.BatchSize, Pause: p.Pause, LockTimeout: p.LockTimeout,
-	})
+	res, err := Purge(ctx, t.db.pool, PurgeParams{Source: p.Source, Table: t.t, RelaySchema: t.db.schema, Layout: p.Layout, PurgeOptions: p.PurgeOptions})
 	return res, err
 }
 

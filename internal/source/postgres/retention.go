@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -15,37 +14,14 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
-// Retention defaults.
-const (
-	DefaultPurgeBatch       = source.DefaultPurgeBatch
-	DefaultPurgeLockTimeout = source.DefaultPurgeLockTimeout
-	DefaultPurgeStmtTimeout = source.DefaultPurgeStmtTimeout
-)
-
-// PurgeParams say which rows Purge deletes and how fast.
+// PurgeParams say which table Purge cleans, for which source, and how
+// (source.PurgeOptions: the age, dead letters, batches, pauses, timeouts).
 type PurgeParams struct {
 	Source      string // the source's name, as retry_state knows it
 	Table       Table
 	RelaySchema string
 	Layout      *layout.Layout
-	// OlderThan is the age a settled row must have, by its published-at
-	// column, else its created-at column.
-	OlderThan time.Duration
-	// IncludeDead deletes dead-lettered rows too (failed_events keeps a
-	// copy of each, and a replay restores it from there).
-	IncludeDead bool
-	// DryRun counts what would be deleted and deletes nothing.
-	DryRun bool
-	// BatchSize bounds the rows one statement deletes (default
-	// DefaultPurgeBatch); each batch is its own transaction.
-	BatchSize int
-	// Pause is slept between batches, to leave the database to others.
-	Pause time.Duration
-	// LockTimeout bounds how long a batch waits for a lock (default
-	// DefaultPurgeLockTimeout); a batch that gives up is tried again
-	// after the pause. StatementTimeout bounds one batch (default
-	// DefaultPurgeStmtTimeout).
-	LockTimeout, StatementTimeout time.Duration
+	source.PurgeOptions
 }
 
 // PurgeResult counts what Purge deleted, or with DryRun would delete.
@@ -69,8 +45,7 @@ func Purge(ctx context.Context, pool *pgxpool.Pool, p PurgeParams) (PurgeResult,
 			max(lock.Milliseconds(), 1), max(stmt.Milliseconds(), 1))}
 	return source.Purge(ctx, d, source.PurgeRun{
 		Table: p.Table.String(), Relay: p.RelaySchema, Source: p.Source, KeptRows: p.Layout.Mode == "delete",
-		PurgeOptions: source.PurgeOptions{OlderThan: p.OlderThan, IncludeDead: p.IncludeDead, DryRun: p.DryRun,
-			BatchSize: p.BatchSize, Pause: p.Pause},
+		PurgeOptions: p.PurgeOptions,
 	})
 }
 

@@ -68,8 +68,7 @@ func TestPurgeCommitsEachBatch(t *testing.T) {
 			}
 		}
 	})
-	res, err := postgres.Purge(ctx, pool, postgres.PurgeParams{Source: "jm", Table: journeys, RelaySchema: relaySchema, Layout: l,
-		OlderThan: week, BatchSize: batch, Pause: 100 * time.Millisecond})
+	res, err := postgres.Purge(ctx, pool, postgres.PurgeParams{Source: "jm", Table: journeys, RelaySchema: relaySchema, Layout: l, PurgeOptions: source.PurgeOptions{OlderThan: week, BatchSize: batch, Pause: 100 * time.Millisecond}})
 	close(done)
 	wg.Wait()
 	if err != nil {
@@ -185,8 +184,7 @@ FROM generate_series(1, 5000) i`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := postgres.Purge(ctx, pool, postgres.PurgeParams{Source: "jm", Table: journeys, RelaySchema: relaySchema, Layout: l,
-		OlderThan: week, BatchSize: 2000}); err != nil {
+	if _, err := postgres.Purge(ctx, pool, postgres.PurgeParams{Source: "jm", Table: journeys, RelaySchema: relaySchema, Layout: l, PurgeOptions: source.PurgeOptions{OlderThan: week, BatchSize: 2000}}); err != nil {
 		t.Fatal(err)
 	}
 	res, err := postgres.Optimize(ctx, pool, journeys)
@@ -231,7 +229,7 @@ func TestRetentionNeedsPrivileges(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rpool.Close()
-	_, err = postgres.Purge(ctx, rpool, postgres.PurgeParams{Source: "jm", Table: journeys, RelaySchema: relaySchema, Layout: l, OlderThan: week})
+	_, err = postgres.Purge(ctx, rpool, postgres.PurgeParams{Source: "jm", Table: journeys, RelaySchema: relaySchema, Layout: l, PurgeOptions: source.PurgeOptions{OlderThan: week}})
 	if !errors.Is(err, source.ErrNoPrivilege) {
 		t.Errorf("purge without DELETE: %v, want ErrNoPrivilege", err)
 	}

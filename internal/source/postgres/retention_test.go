@@ -170,7 +170,7 @@ func sorted(ids ...string) []string {
 }
 
 func purgeParams(st *layout.Layout, rt retentionTable) postgres.PurgeParams {
-	return postgres.PurgeParams{Source: "src", Table: rt.table, RelaySchema: relaySchema, Layout: st, OlderThan: week, BatchSize: 2}
+	return postgres.PurgeParams{Source: "src", Table: rt.table, RelaySchema: relaySchema, Layout: st, PurgeOptions: source.PurgeOptions{OlderThan: week, BatchSize: 2}}
 }
 
 // TestPurgeLayouts: for every layout that keeps settled rows, Purge deletes

@@ -116,26 +116,13 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		}
 		s.ack = "UPDATE " + table + " o SET " + setPublished + " WHERE o.ctid = ANY($1::tid[])"
 		s.markByID = "UPDATE " + table + " o SET " + setPublished + " WHERE " + id + " = ANY(" + idArr + ") AND " + sq.Pending(l, "o")
-		deadSet := setDead
-		if l.Error != "" {
-			deadSet += ", " + QuoteIdent(l.Error) + " = u.reason"
-		}
-		if l.RetryCount != "" {
-			deadSet += ", " + QuoteIdent(l.RetryCount) + " = LEAST(u.attempts, 32767)"
-		}
+		deadSet := strings.Join(append([]string{setDead}, sq.FailureSets(l, "u.attempts", "u.reason")...), ", ")
 		s.dead = "UPDATE " + table + " o SET " + deadSet +
 			" FROM unnest($1::text[], $2::text[], $3::int[]) AS u(id, reason, attempts) WHERE " + id + " = u.id::" + l.ID.Type
 	}
 	s.pendingValues = setPending
 
-	if l.RetryCount != "" || l.Error != "" {
-		var sets []string
-		if l.RetryCount != "" {
-			sets = append(sets, QuoteIdent(l.RetryCount)+" = LEAST(u.attempts, 32767)")
-		}
-		if l.Error != "" {
-			sets = append(sets, QuoteIdent(l.Error)+" = u.err")
-		}
+	if sets := sq.FailureSets(l, "u.attempts", "u.err"); len(sets) > 0 {
 		s.retryRow = "UPDATE " + table + " o SET " + strings.Join(sets, ", ") +
 			" FROM unnest($1::text[], $2::int[], $3::text[]) AS u(id, attempts, err) WHERE " + id + " = u.id::" + l.ID.Type
 	}

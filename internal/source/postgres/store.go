@@ -8,7 +8,6 @@ package postgres
 import (
 	"cmp"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -129,7 +128,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	}
 	b := &batch{store: s, tx: tx, lease: lease}
 	if s.sql.ackBatchID {
-		b.id = newBatchID()
+		b.id = source.NewBatchID()
 	}
 	for rows.Next() {
 		b.rows = append(b.rows, source.Row{})
@@ -187,7 +186,7 @@ func (s *Store) MarkPublished(ctx context.Context, ids []string) (int, error) {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		args := []any{ids}
 		if s.sql.ackBatchID {
-			args = append(args, newBatchID())
+			args = append(args, source.NewBatchID())
 		}
 		tag, err := tx.Exec(ctx, s.sql.markByID, args...)
 		if err != nil {
@@ -290,94 +289,86 @@ func (b *batch) Release(ctx context.Context) error {
 	return nil
 }
 
-// Complete implements source.Batch: every statement goes in one round trip,
-// then the transaction commits.
+// Complete implements source.Batch: every statement is queued and sent in
+// one round trip, then the transaction commits.
 func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	defer b.end()
-	s, q := b.store, &pgx.Batch{}
-	var clear []string
-	if len(o.Published) > 0 {
-		tids := make([]pgtype.TID, len(o.Published))
-		for i, idx := range o.Published {
-			r := &b.rows[idx]
-			tids[i] = b.ctids[idx]
-			if b.retrying[idx] {
-				clear = append(clear, r.ID)
-			}
-		}
-		if s.sql.ackBatchID {
-			q.Queue(s.sql.ack, tids, b.id)
-		} else {
-			q.Queue(s.sql.ack, tids)
-		}
+	w := &completion{b: b}
+	c := source.PlanCompletion(b.rows, o, func(i int) bool { return b.retrying[i] })
+	if err := source.WriteCompletion(ctx, w, c, b.lease != nil); err != nil {
+		_ = b.tx.Rollback(context.WithoutCancel(ctx))
+		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
 	}
-	if len(o.Retry) > 0 {
-		n := len(o.Retry)
-		ids, keys, errs := make([]string, n), make([]string, n), make([]string, n)
-		attempts, at, ties := make([]int32, n), make([]time.Time, n), make([]int64, n)
-		for i, r := range o.Retry {
-			row := &b.rows[r.Index]
-			ids[i], keys[i], attempts[i], at[i], errs[i] = row.ID, row.OrderKey, int32(r.Attempts), r.At, truncate(r.Err)
-			ties[i] = b.ties[r.Index]
-		}
-		q.Queue(s.sql.retryState, s.opts.Source, ids, keys, attempts, at, errs, ties)
-		if s.sql.retryRow != "" {
-			q.Queue(s.sql.retryRow, ids, attempts, errs)
-		}
-	}
-	if len(o.Dead) > 0 {
-		n := len(o.Dead)
-		ids, types, topics, keys, pkeys, headers := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
-		payloads, isJSON, reasons, attempts := make([][]byte, n), make([]bool, n), make([]string, n), make([]int32, n)
-		for i, d := range o.Dead {
-			r := &b.rows[d.Index]
-			ids[i], payloads[i], isJSON[i], reasons[i], attempts[i] = r.ID, r.Payload, d.PayloadIsJSON, truncate(d.Reason), int32(d.Attempts)
-			types[i] = strPtr(r.EventType)
-			if r.TopicOK {
-				topics[i] = strPtr(r.Topic)
-			}
-			if r.Key != nil {
-				keys[i] = strPtr(string(r.Key))
-			}
-			if r.PartitionKey != nil {
-				pkeys[i] = strPtr(string(r.PartitionKey))
-			}
-			if r.Headers != nil && d.HeadersAreJSON {
-				headers[i] = strPtr(string(r.Headers))
-			}
-			if b.retrying[d.Index] {
-				clear = append(clear, r.ID)
-			}
-		}
-		q.Queue(s.sql.insertDead, s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name,
-			ids, types, topics, keys, pkeys, headers, payloads, isJSON, reasons, attempts)
-		if s.opts.Layout.Mode == "delete" {
-			q.Queue(s.sql.dead, ids)
-		} else {
-			q.Queue(s.sql.dead, ids, reasons, attempts)
-		}
-	}
-	if len(clear) > 0 {
-		q.Queue(s.sql.clearRetry, s.opts.Source, clear)
-	}
-	if b.lease != nil {
-		// A deposed holder completes nothing. (A takeover committed after
-		// this read finds the transaction holding its rows locked and ends
-		// it before the new holder claims: see Leases.EndOwner.)
-		if err := b.checkLease(ctx); err != nil {
+	if w.q.Len() > 0 {
+		if err := b.tx.SendBatch(ctx, &w.q).Close(); err != nil {
 			_ = b.tx.Rollback(context.WithoutCancel(ctx))
-			return fmt.Errorf("complete batch on %s: %w", s.opts.Table, err)
-		}
-	}
-	if q.Len() > 0 {
-		if err := b.tx.SendBatch(ctx, q).Close(); err != nil {
-			_ = b.tx.Rollback(context.WithoutCancel(ctx))
-			return fmt.Errorf("complete batch on %s: %w", s.opts.Table, err)
+			return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
 		}
 	}
 	if err := b.tx.Commit(ctx); err != nil {
-		return fmt.Errorf("complete batch on %s: commit: %w", s.opts.Table, err)
+		return fmt.Errorf("complete batch on %s: commit: %w", b.store.opts.Table, err)
 	}
+	return nil
+}
+
+// completion queues a batch's completion statements (source.CompletionWriter).
+type completion struct {
+	b *batch
+	q pgx.Batch
+}
+
+func (w *completion) CheckLease(ctx context.Context) error { return w.b.checkLease(ctx) }
+
+func (w *completion) Acknowledge(_ context.Context, rows []int) error {
+	s := w.b.store
+	tids := make([]pgtype.TID, len(rows))
+	for i, idx := range rows {
+		tids[i] = w.b.ctids[idx]
+	}
+	if s.sql.ackBatchID {
+		w.q.Queue(s.sql.ack, tids, w.b.id)
+	} else {
+		w.q.Queue(s.sql.ack, tids)
+	}
+	return nil
+}
+
+func (w *completion) RecordRetries(_ context.Context, rs []source.Retry) error {
+	s, n := w.b.store, len(rs)
+	ids, keys, errs := make([]string, n), make([]string, n), make([]string, n)
+	attempts, at, ties := make([]int32, n), make([]time.Time, n), make([]int64, n)
+	for i, r := range rs {
+		row := &w.b.rows[r.Index]
+		ids[i], keys[i], attempts[i], at[i], errs[i] = row.ID, row.OrderKey, int32(r.Attempts), r.At, r.Err
+		ties[i] = w.b.ties[r.Index]
+	}
+	w.q.Queue(s.sql.retryState, s.opts.Source, ids, keys, attempts, at, errs, ties)
+	if s.sql.retryRow != "" {
+		w.q.Queue(s.sql.retryRow, ids, attempts, errs)
+	}
+	return nil
+}
+
+func (w *completion) DeadLetter(_ context.Context, ds []source.DeadLetter) error {
+	s, n := w.b.store, len(ds)
+	ids, types, topics, keys, pkeys, headers := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+	payloads, isJSON, reasons, attempts := make([][]byte, n), make([]bool, n), make([]string, n), make([]int32, n)
+	for i, d := range ds {
+		ids[i], payloads[i], isJSON[i], reasons[i], attempts[i] = d.ID, d.Payload, d.PayloadIsJSON, d.Reason, int32(d.Attempts)
+		types[i], topics[i], keys[i], pkeys[i], headers[i] = &d.EventType, d.Topic, d.Key, d.PartitionKey, d.Headers
+	}
+	w.q.Queue(s.sql.insertDead, s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name,
+		ids, types, topics, keys, pkeys, headers, payloads, isJSON, reasons, attempts)
+	if s.opts.Layout.Mode == "delete" {
+		w.q.Queue(s.sql.dead, ids)
+	} else {
+		w.q.Queue(s.sql.dead, ids, reasons, attempts)
+	}
+	return nil
+}
+
+func (w *completion) ForgetRetries(_ context.Context, ids []string) error {
+	w.q.Queue(w.b.store.sql.clearRetry, w.b.store.opts.Source, ids)
 	return nil
 }
 
@@ -396,24 +387,4 @@ WHERE shard = $1 AND owner = $2 AND term = $3`, l.Shard, l.Owner, l.Term).Scan(&
 		return fmt.Errorf("check lease: %w", err)
 	}
 	return nil
-}
-
-func strPtr(s string) *string { return &s }
-
-// truncate bounds error text kept in the database.
-func truncate(s string) string {
-	const maxLen = 2000
-	if len(s) > maxLen {
-		return s[:maxLen] + "..."
-	}
-	return s
-}
-
-// newBatchID returns a random (version 4) UUID.
-func newBatchID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }

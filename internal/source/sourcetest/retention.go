@@ -244,6 +244,34 @@ func (s *suite) testRetentionRetryState(t *testing.T) {
 	}
 }
 
+// testSettledForgetRetryState: a row that backed off and is then delivered
+// or dead-lettered leaves no retry state behind (the completion removes it
+// in its transaction), so retention finds none to prune once the rows are
+// gone.
+func (s *suite) testSettledForgetRetryState(t *testing.T) {
+	tbl, src := s.retainedTable(t)
+	id := tbl.Insert(t, rows(2, 1150)...)
+	st := tbl.Open(t, Options{Source: src})
+	past := time.Now().Add(-time.Second)
+	complete(t, claim(t, st, 2), source.Outcome{Retry: []source.Retry{
+		{Index: 0, Attempts: 1, At: past, Err: "broker down"},
+		{Index: 1, Attempts: 1, At: past, Err: "broker down"},
+	}})
+	b := claim(t, st, 2)
+	if got := ids(b); len(got) != 2 {
+		release(t, b)
+		t.Fatalf("claimed %v after the backoff, want both rows", got)
+	}
+	complete(t, b, source.Outcome{Published: []int{0},
+		Dead: []source.Dead{{Index: 1, Attempts: 2, Reason: "boom", PayloadIsJSON: true, Exhausted: true}}})
+	for _, i := range id {
+		tbl.DeleteRow(t, i)
+	}
+	if res := purge(t, tbl, src, source.PurgeOptions{OlderThan: retentionAge, DryRun: true}); res.RetryState != 0 {
+		t.Errorf("dry run = %+v: retry state of settled rows was left behind", res)
+	}
+}
+
 // retainedTable makes a table whose dead letters and retention the suite
 // can drive, or skips the case.
 func (s *suite) retainedTable(t *testing.T) (RetainedTable, string) {

@@ -84,6 +84,7 @@ func Run(t *testing.T, h Harness) {
 				{"RetentionDeletesOnlyOldSettledRows", s.testRetention},
 				{"RetentionPrunesReplayedDeadLetters", s.testRetentionReplayed},
 				{"RetentionPrunesOrphanedRetryState", s.testRetentionRetryState},
+				{"SettledRowsForgetRetryState", s.testSettledForgetRetryState},
 				{"RetentionRetriesLockTimeouts", s.testRetentionLockRetry},
 				{"RetentionGivesUpOnTableLock", s.testRetentionGivesUp},
 				{"RetentionSkipsLockedRows", s.testRetentionSkipsLockedRows},

@@ -1,6 +1,7 @@
 package sqlcore
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
@@ -127,4 +128,23 @@ func (s SQL) StateSets(l *layout.Layout) (published, dead, pending string) {
 		pend = append(pend, q(l.BatchID.Name)+" = NULL", q(l.ClaimedAt.Name)+" = NULL")
 	}
 	return strings.Join(pub, ", "), strings.Join(dd, ", "), strings.Join(pend, ", ")
+}
+
+// MaxRowAttempts is the most a row's retry count column is given: what a
+// smallint holds, the smallest type a team keeps it in.
+const MaxRowAttempts = 32767
+
+// FailureSets is the SET list that records a failure in the row itself,
+// where the layout has the columns: its retry count (attempts, capped at
+// MaxRowAttempts), then its last error (errText). Empty when the table keeps
+// neither.
+func (s SQL) FailureSets(l *layout.Layout, attempts, errText string) []string {
+	var sets []string
+	if l.RetryCount != "" {
+		sets = append(sets, s.D.Quote(l.RetryCount)+" = LEAST("+attempts+", "+strconv.Itoa(MaxRowAttempts)+")")
+	}
+	if l.Error != "" {
+		sets = append(sets, s.D.Quote(l.Error)+" = "+errText)
+	}
+	return sets
 }
