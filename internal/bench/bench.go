@@ -138,6 +138,8 @@ type Result struct {
 	// prefill, and NoAnalyzeRatio the first rate over the second.
 	NoAnalyze      *Measure `json:"relay_no_analyze,omitempty"`
 	NoAnalyzeRatio float64  `json:"no_analyze_ratio,omitempty"`
+	// Bound is what this machine could carry: see MachineBound.
+	Bound MachineBound `json:"machine_bound"`
 	PeakRSSBytes   int64    `json:"relay_peak_rss_bytes"`
 	// OrderHeld (keys workload) says whether every key's events arrived in
 	// the order they were written.

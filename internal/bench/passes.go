@@ -85,6 +85,7 @@ func drainPasses(o Options, res Result, k kafkaEnv, run passFunc) (Result, error
 	if res.Ceiling.EventsPerSec > 0 {
 		res.Ratio = res.Relay.EventsPerSec / res.Ceiling.EventsPerSec
 	}
+	res.Bound = machineBound(cores(), res.Ceiling, res.Relay)
 	if res.NoAnalyze != nil && res.Relay.EventsPerSec > 0 {
 		res.NoAnalyzeRatio = res.NoAnalyze.EventsPerSec / res.Relay.EventsPerSec
 	}
@@ -92,7 +93,8 @@ func drainPasses(o Options, res Result, k kafkaEnv, run passFunc) (Result, error
 	if k.br != nil && res.Sink == "kafka" {
 		res.BrokerRSS = k.br.rss()
 	}
-	progress(o, "%s: relay %.0f events/s%s, ratio %.2f", name, res.Relay.EventsPerSec, cutNote(res.Relay), res.Ratio)
+	progress(o, "%s: relay %.0f events/s%s, ratio %.2f; machine bound %.0f events/s, ratio to the lower limit %.2f",
+		name, res.Relay.EventsPerSec, cutNote(res.Relay), res.Ratio, res.Bound.EventsPerSec, res.Bound.Ratio)
 	return res, nil
 }
 

@@ -63,7 +63,7 @@ func printDrain(w io.Writer, rs []Result) {
 	if noAnalyze {
 		naCols = "not analyzed ev/s\tnot/analyzed\tplanner rows not/analyzed\t"
 	}
-	fmt.Fprintf(tw, "workload\tsink\tdelivery\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\t%srelay CPU µs/ev\t%s\tbroker CPU µs/ev\t%s\txacts/ev\tstmts/ev\t%s\trelay RSS MB\t\n", naCols, dbCol, logCol, deadCol)
+	fmt.Fprintf(tw, "workload\tsink\tdelivery\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\tmachine ev/s\tratio to lower\t%srelay CPU µs/ev\t%s\t%s ceiling\tbroker CPU µs/ev\t%s\txacts/ev\tstmts/ev\t%s\trelay RSS MB\t\n", naCols, dbCol, dbCol, logCol, deadCol)
 	cut := false
 	rate := func(m Measure) string {
 		cut = cut || m.CutShort
@@ -92,12 +92,14 @@ func printDrain(w io.Writer, rs []Result) {
 		if r.Driver == "mysql" {
 			dbCPU, logBytes, dead = r.Relay.MariaDBCPUMs1k, r.Relay.RedoBytesPerEvent, "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%s%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%s\t%.0f\t\n",
-			r.Workload, r.Sink, cmp.Or(r.Delivery, config.DeliveryAtLeastOnce), r.label(), ord, r.Rows, r.Keys, ceil, rate(r.Relay), ratio, na,
-			r.Relay.CPUMsPer1k, dbCPU, r.Relay.BrokerCPUMs1k, logBytes, r.Relay.XactsPerEvent, r.Relay.StmtsPerEvent,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%.0f\t%.2f\t%s%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%s\t%.0f\t\n",
+			r.Workload, r.Sink, cmp.Or(r.Delivery, config.DeliveryAtLeastOnce), r.label(), ord, r.Rows, r.Keys, ceil, rate(r.Relay), ratio,
+			r.Bound.EventsPerSec, r.Bound.Ratio, na,
+			r.Relay.CPUMsPer1k, dbCPU, r.Bound.DatabaseCPUCeiling, r.Relay.BrokerCPUMs1k, logBytes, r.Relay.XactsPerEvent, r.Relay.StmtsPerEvent,
 			dead, float64(r.PeakRSSBytes)/(1<<20))
 	}
 	_ = tw.Flush()
+	fmt.Fprintf(w, "machine ev/s: this machine's %d cores ÷ the CPU the relay, the database and the broker spent per event in the relay phase; ratio to lower: relay ev/s over the lower of it and the ceiling\n", cores())
 	if cut {
 		fmt.Fprintln(w, "* cut short at the time limit (--max-time): the rate of the rows drained by then (rows drained / elapsed)")
 	}

@@ -34,6 +34,7 @@ type batch struct {
 func (b *batch) done() {
 	if b.counted && b.ended.CompareAndSwap(false, true) {
 		b.store.held.Add(-1)
+		b.store.track(b.rows, false)
 	}
 	if b.conn == nil {
 		return

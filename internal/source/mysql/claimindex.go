@@ -45,23 +45,60 @@ ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME LIMIT 1`, t.Schema, t.Name, l.O
 
 // PendingIndex picks an index that holds a layout's pending rows together
 // in the claim's order, for the reads that lock nothing (a claim's window):
-// for a layout whose pending rows have a NULL published-at column ordered
-// by id, an index whose first column is that column (InnoDB orders a
-// secondary index's equal entries by the primary key). It returns "" when
-// there is none, and for every other layout.
+// an index whose first column is the layout's state column (the published-at
+// column, the status or the published flag), whose equal entries follow the
+// order column, then the id: its second column is the order column, or the
+// layout orders by id and the index has no second column or the id there
+// (InnoDB orders a secondary index's equal entries by the primary key). The
+// primary key must be the id column alone, as claims lock rows by it. It
+// returns "" when there is none, and for layouts that delete their rows.
 func PendingIndex(ctx context.Context, db *sql.DB, t Table, l *layout.Layout) (string, error) {
-	if l.Mode != "timestamp" || l.PublishedAt == "" || l.OrderBy != l.ID.Name {
+	state := ""
+	switch l.Mode {
+	case "timestamp":
+		state = l.PublishedAt
+	case "status":
+		state = l.Status
+	case "flag":
+		state = l.Flag
+	}
+	if state == "" {
 		return "", nil
 	}
-	var name string
-	err := db.QueryRowContext(ctx, `SELECT INDEX_NAME FROM information_schema.STATISTICS
-WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ? AND SEQ_IN_INDEX = 1 AND COLUMN_NAME = ?
-ORDER BY INDEX_NAME LIMIT 1`, t.Schema, t.Name, l.PublishedAt).Scan(&name)
-	switch {
-	case err == sql.ErrNoRows:
-		return "", nil
-	case err != nil:
+	rows, err := db.QueryContext(ctx, `SELECT INDEX_NAME, COLUMN_NAME FROM information_schema.STATISTICS
+WHERE TABLE_SCHEMA = COALESCE(NULLIF(?, ''), DATABASE()) AND TABLE_NAME = ?
+ORDER BY INDEX_NAME, SEQ_IN_INDEX`, t.Schema, t.Name)
+	if err != nil {
 		return "", fmt.Errorf("indexes of %s: %w", t, err)
 	}
-	return name, nil
+	defer rows.Close()
+	cols := map[string][]string{}
+	var names []string
+	for rows.Next() {
+		var name, col string
+		if err := rows.Scan(&name, &col); err != nil {
+			return "", fmt.Errorf("indexes of %s: %w", t, err)
+		}
+		if cols[name] == nil {
+			names = append(names, name)
+		}
+		cols[name] = append(cols[name], col)
+	}
+	if err := rows.Err(); err != nil {
+		return "", fmt.Errorf("indexes of %s: %w", t, err)
+	}
+	if pk := cols["PRIMARY"]; len(pk) != 1 || pk[0] != l.ID.Name {
+		return "", nil
+	}
+	for _, name := range names {
+		c := cols[name]
+		if name == "PRIMARY" || c[0] != state {
+			continue
+		}
+		byID := l.OrderBy == l.ID.Name
+		if len(c) == 1 && byID || len(c) > 1 && (c[1] == l.OrderBy || byID && c[1] == l.ID.Name) {
+			return name, nil
+		}
+	}
+	return "", nil
 }

@@ -1,7 +1,36 @@
 package mysql
 
-// ClaimSQL is the claim statement of s, for tests of its plan.
-func ClaimSQL(s *Store) string { return s.sql.claim }
+import "context"
 
-// ClaimArgs are the claim's arguments for a claim of limit.
-func ClaimArgs(s *Store, limit int) []any { return s.claimArgs(limit) }
+// ClaimPlan is one statement of a claim, with its arguments, for tests of
+// its plan.
+type ClaimPlan struct {
+	SQL  string
+	Args []any
+}
+
+// ClaimPlans are the statements a claim of limit runs on s: its window and
+// the locking read of the window's first limit claimable rows, or the
+// single claim of a store without a window.
+func ClaimPlans(ctx context.Context, s *Store, limit int) ([]ClaimPlan, error) {
+	if s.sql.window == "" {
+		return []ClaimPlan{{s.sql.claim, s.claimArgs(limit)}}, nil
+	}
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback() }()
+	ids, err := s.claimable(ctx, tx, limit)
+	if err != nil {
+		return nil, err
+	}
+	args := []any{s.opts.Source}
+	if s.opts.Ordering {
+		args = append(args, s.opts.Source)
+	}
+	plans := []ClaimPlan{{s.sql.window, append(args, s.window(limit))}}
+	b := &batch{store: s, tx: tx}
+	q, a, err := b.claimIDsSQL(ids[:min(limit, len(ids))])
+	return append(plans, ClaimPlan{q, a}), err
+}

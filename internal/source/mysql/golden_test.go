@@ -100,6 +100,8 @@ func goldenSQL(ctx context.Context, t *testing.T, st *Store, index, pending stri
 		s := buildStatements(l, tbl.String(), relayDB, ordering, 60*time.Second, index, pending)
 		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
 		add("claim, "+o, s.claim)
+		add("claim's window, "+o, s.window)
+		add("claim of the window's rows, "+o, s.claimIDs)
 		if !ordering {
 			break
 		}

@@ -76,6 +76,40 @@ func (e *env) store(t testing.TB, db *sql.DB, name, table, preset string, over l
 	return mysql.New(db, opts), l
 }
 
+// indexedStore is e.store with the indexes the relay picks for the table
+// (ClaimIndex, PendingIndex), ordering on.
+func (e *env) indexedStore(t testing.TB, name, table, preset string) *mysql.Store {
+	t.Helper()
+	ctx := context.Background()
+	merged, explicit, err := layout.Merge(preset, layout.Spec{}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl := mysql.Table{Name: table}
+	cols, err := mysql.Columns(ctx, e.db, tbl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := layout.Resolve(merged, explicit, tbl.String(), cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim, err := mysql.ClaimIndex(ctx, e.db, tbl, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending, err := mysql.PendingIndex(ctx, e.db, tbl, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := mysql.Options{Source: name, Table: tbl, RelayDatabase: e.relayDB, Layout: l, Ordering: true,
+		ClaimIndex: claim, PendingIndex: pending}
+	if err := opts.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	return mysql.New(e.db, opts)
+}
+
 func ids(rows []source.Row) []string {
 	var out []string
 	for _, r := range rows {

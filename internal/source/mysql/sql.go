@@ -21,15 +21,21 @@ const maxOrderKeyLen = 500
 // statements is the SQL of one source, built once from its layout. Lists
 // of ids are appended at run time (see inList).
 type statements struct {
-	claim         string // ? source, ? source, [window: ? source, ? source, ? window, twice,] [? source,] ? limit
-	windowed      bool   // the claim reads a window (see windowSQL)
-	settle        string // ? limit: the first pending rows, locked without skipping
-	ackSets       string // SET list for a published row (not in delete mode); ? batch id, ? claim time when ackClaim
-	ackClaim      bool   // the layout records the claim (state.batch_id, state.claimed_at) on delivery
-	deadSets      string // SET list for a dead-lettered row (not in delete mode)
-	pendingValues string // SET list that puts a row back in the pending set
-	gauges        string // ? source
-	stats         string // ? source, schema, table, last id, published, retried, dead, pending, lag
+	// claim is the claim of a table without a window: ? source (attempts),
+	// ? source (backoff), [? source (held keys),] ? limit.
+	claim string
+	// window, when set, reads a claim's window (see windowSQL): ? source,
+	// [? source,] ? window size; claimIDs then locks rows of it by id: ?
+	// source (attempts), the ids (in place of idsMarker), ? source, [?
+	// source].
+	window, claimIDs string
+	settle           string // ? limit: the first pending rows, locked without skipping
+	ackSets          string // SET list for a published row (not in delete mode); ? batch id, ? claim time when ackClaim
+	ackClaim         bool   // the layout records the claim (state.batch_id, state.claimed_at) on delivery
+	deadSets         string // SET list for a dead-lettered row (not in delete mode)
+	pendingValues    string // SET list that puts a row back in the pending set
+	gauges           string // ? source
+	stats            string // ? source, schema, table, last id, published, retried, dead, pending, lag
 }
 
 // attemptsSQL is a row's failed attempts: the relay's retry state, else the
@@ -138,37 +144,6 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 		where = append(where, fmt.Sprintf("(%s IS NULL OR %s IS NULL OR %s < %s - INTERVAL %d MICROSECOND)",
 			sq.Col("o", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds()))
 	}
-	if l.BatchID.Name != "" && ordering {
-		// A row another relay claimed, within the claim timeout, holds its
-		// key: the rows after it wait until it is delivered or its claim
-		// expires (then it is claimed here, first). Such rows are looked
-		// for in the claim's window alone, read once per claim: the first
-		// rows in the claim's order that could be claimed (see
-		// windowSQL). Every row before a claimable row is in it, so a row
-		// of the window decides; the claim goes no further than the
-		// window's last row. Looked up row by row, the claimed rows were
-		// read once per row considered (a claim of 1,000 over 20,000
-		// pending rows took 12 s), and read once per claim from the whole
-		// table, once per claim for every pending row.
-		// The window is a plain read (it locks nothing), so it may read
-		// the pending rows by an index of them, passing over none of the
-		// delivered rows the claim's own index holds.
-		winForce := force
-		if pendingIndex != "" {
-			winForce = " FORCE INDEX (" + QuoteIdent(pendingIndex) + ")"
-		}
-		win := windowSQL(l, table, rs, winForce, claimTimeout)
-		// The window's rows another relay claimed (usually none) are kept
-		// apart once per claim (DISTINCT keeps the derived table from
-		// being merged into the subquery, which would then read the whole
-		// window for every row the claim considers).
-		where = append(where, fmt.Sprintf(`NOT EXISTS (SELECT 1 FROM (SELECT DISTINCT win.k, win.ob, win.id FROM (%s) win WHERE win.fc) h
-    WHERE h.k = %s AND h.k <> '' AND (h.ob, h.id) < (%s, %s))`,
-			win, sq.OrderKey(l, "o"), sq.Col("o", l.OrderBy), sq.Col("o", l.ID.Name)),
-			fmt.Sprintf("(%s, %s) <= (SELECT w.ob, w.id FROM (%s) w ORDER BY w.ob DESC, w.id DESC LIMIT 1)",
-				sq.Col("o", l.OrderBy), sq.Col("o", l.ID.Name), win))
-		s.windowed = true
-	}
 	if ordering {
 		where = append(where, heldKeySQL(l, "o", rs))
 	}
@@ -176,12 +151,37 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 	if l.OrderBy != l.ID.Name {
 		orderBy += ", " + sq.Col("o", l.ID.Name)
 	}
-	s.claim = fmt.Sprintf(`SELECT %s
+	foreign := l.BatchID.Name != "" && ordering
+	if pendingIndex != "" || foreign {
+		// The claim reads a window first (a plain read, locking nothing),
+		// then locks rows of it by their ids (see Store.claimWindow): the
+		// rows a claim considers are the window's, read by an index that
+		// holds the pending rows together in the claim's order when the
+		// table has one, however many delivered rows the table keeps. A
+		// locking read by such an index is what must not be done (claims
+		// then passed over a row due again while a later row of its key
+		// was claimed, see ClaimIndex), and a locking read whose rows are
+		// sorted after they are read locks every row it reads, not the
+		// LIMIT it returns.
+		winForce := force
+		if pendingIndex != "" {
+			winForce = " FORCE INDEX (" + QuoteIdent(pendingIndex) + ")"
+		}
+		s.window = windowSQL(l, table, rs, winForce, claimTimeout, ordering, foreign)
+		s.claimIDs = fmt.Sprintf(`SELECT %s
+FROM %s o FORCE INDEX (PRIMARY)
+WHERE %s IN (`+idsMarker+`)
+  AND %s
+ORDER BY %s
+FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, sq.Col("o", l.ID.Name), strings.Join(where, "\n  AND "), orderBy)
+	} else {
+		s.claim = fmt.Sprintf(`SELECT %s
 FROM %s o%s
 WHERE %s
 ORDER BY %s
 LIMIT ?
 FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, force, strings.Join(where, "\n  AND "), orderBy)
+	}
 
 	s.settle = fmt.Sprintf("SELECT 1 FROM %s o%s WHERE %s ORDER BY %s LIMIT ? FOR UPDATE", table, force,
 		sq.Pending(l, "o"), orderBy)
@@ -226,27 +226,35 @@ func heldKeySQL(l *layout.Layout, alias, rs string) string {
 		sq.OrderKey(l, alias) + fmt.Sprintf(", %d)", maxOrderKeyLen) + binCollation + " AND b.order_key <> '' AND b.next_attempt_at > " + now + ")"
 }
 
-// windowSQL reads a claim's window (? source, ? source, ? window): the first
-// pending rows in the claim's order that neither back off nor belong to a
-// held key, read by the claim's index (a scan that stops at the window,
-// locking nothing: a subquery of a locking read takes no locks), with each
-// row's order key (k), order (ob, id) and whether another relay holds it
-// claimed (fc).
-func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Duration) string {
-	claimed := sq.Col("f", l.ClaimedAt.Name)
-	return fmt.Sprintf(`SELECT %s AS k, %s AS ob, %s AS id,
-      (%s IS NOT NULL AND %s IS NOT NULL AND %s >= %s - INTERVAL %d MICROSECOND) AS fc
-      FROM %s f%s
-      WHERE %s
-        AND NOT EXISTS (SELECT 1 FROM %s.retry_state r WHERE r.source = ? AND r.event_id = %s%s AND r.next_attempt_at > %s)
-        AND %s
-      ORDER BY %s, %s
-      LIMIT ?`,
-		sq.OrderKey(l, "f"), sq.Col("f", l.OrderBy), sq.Col("f", l.ID.Name),
-		sq.Col("f", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds(),
-		table, force, sq.Pending(l, "f"), rs, idTextSQL(l, "f"), binCollation, now,
-		heldKeySQL(l, "f", rs), sq.Col("f", l.OrderBy), sq.Col("f", l.ID.Name))
+// windowSQL reads a claim's window (? source, [? source,] ? window): the
+// first pending rows in the claim's order that neither back off nor, with
+// ordering, belong to a held key, read by force (the pending index, else the
+// claim's), locking nothing, with each row's id as text, its order key and
+// whether another relay holds it claimed (always false unless foreign).
+func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Duration, ordering, foreign bool) string {
+	fc := "FALSE"
+	if foreign {
+		claimed := sq.Col("f", l.ClaimedAt.Name)
+		fc = fmt.Sprintf("(%s IS NOT NULL AND %s IS NOT NULL AND %s >= %s - INTERVAL %d MICROSECOND)",
+			sq.Col("f", l.BatchID.Name), claimed, claimed, now, claimTimeout.Microseconds())
+	}
+	held := ""
+	if ordering {
+		held = "\n  AND " + heldKeySQL(l, "f", rs)
+	}
+	return fmt.Sprintf(`SELECT %s, %s, %s
+FROM %s f%s
+WHERE %s
+  AND NOT EXISTS (SELECT 1 FROM %s.retry_state r WHERE r.source = ? AND r.event_id = %s%s AND r.next_attempt_at > %s)%s
+ORDER BY %s, %s
+LIMIT ?`,
+		idTextSQL(l, "f"), sq.OrderKey(l, "f"), fc,
+		table, force, sq.Pending(l, "f"), rs, idTextSQL(l, "f"), binCollation, now, held,
+		sq.Col("f", l.OrderBy), sq.Col("f", l.ID.Name))
 }
+
+// idsMarker stands in claimIDs for the placeholders of the ids it locks.
+const idsMarker = "/*ids*/"
 
 // placeholders returns "?, ?, ..." for n values, each wrapped by wrap (a
 // format with one %s) when it is not empty.

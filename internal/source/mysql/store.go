@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -133,6 +134,10 @@ type Store struct {
 	// held counts the batches claimed and not yet completed or released:
 	// their rows are locked, and the next claim's window reaches past them.
 	held atomic.Int64
+	// inFlight are the ids of those batches' rows, for a claim that reads
+	// a window: it passes over them rather than try to lock them.
+	flightMu sync.Mutex
+	inFlight map[string]bool
 
 	// Fence binds claims to the lease they are made under; a batch
 	// completes only while that lease is still held (see source.Fence).
@@ -246,18 +251,16 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		b.id = source.NewBatchID()
 	}
 	s.held.Add(1)
+	s.track(b.rows, true)
 	b.counted = true
 	return b, nil
 }
 
-// claimArgs are the claim's arguments, in the order of its placeholders.
+// claimArgs are the arguments of the claim without a window, in the order
+// of its placeholders.
 func (s *Store) claimArgs(limit int) []any {
 	// The retry state's subqueries: attempts, then due.
 	args := []any{s.opts.Source, s.opts.Source}
-	if s.sql.windowed {
-		w := s.window(limit)
-		args = append(args, s.opts.Source, s.opts.Source, w, s.opts.Source, s.opts.Source, w)
-	}
 	if s.opts.Ordering {
 		args = append(args, s.opts.Source)
 	}
@@ -270,23 +273,140 @@ func (s *Store) window(limit int) int {
 	return limit * int(2+s.held.Load())
 }
 
-// claim runs the claim query in the batch's transaction and decodes its rows.
+// claim runs the claim in the batch's transaction and decodes its rows.
 func (b *batch) claim(ctx context.Context, limit int) error {
 	s := b.store
-	args := s.claimArgs(limit)
-	rows, err := b.tx.QueryContext(ctx, s.sql.claim, args...)
+	b.rows = make([]source.Row, 0, limit)
+	if s.sql.window == "" {
+		return b.read(ctx, s.sql.claim, s.claimArgs(limit)...)
+	}
+	ids, err := s.claimable(ctx, b.tx, limit)
+	if err != nil {
+		return fmt.Errorf("window: %w", err)
+	}
+	// The window's rows are locked by id, at most the rows still wanted at
+	// a time (a locking read locks every row it reads, and these are read
+	// by the primary key, then sorted): rows another claim holds are
+	// skipped, and the next ids are tried until the batch is full or the
+	// window is spent.
+	for len(ids) > 0 && len(b.rows) < limit {
+		n := min(limit-len(b.rows), len(ids))
+		if err := b.claimIDs(ctx, ids[:n]); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// claimIDs locks and reads the claimable rows among ids.
+func (b *batch) claimIDs(ctx context.Context, ids []string) error {
+	q, args, err := b.claimIDsSQL(ids)
+	if err != nil {
+		return err
+	}
+	return b.read(ctx, q, args...)
+}
+
+// claimIDsSQL is the locking read of the rows with ids, and its arguments.
+func (b *batch) claimIDsSQL(ids []string) (string, []any, error) {
+	s := b.store
+	args := []any{s.opts.Source}
+	for _, id := range ids {
+		v, err := s.idArg(id)
+		if err != nil {
+			return "", nil, fmt.Errorf("id %q: %w", id, err)
+		}
+		args = append(args, v)
+	}
+	args = append(args, s.opts.Source)
+	if s.opts.Ordering {
+		args = append(args, s.opts.Source)
+	}
+	return strings.Replace(s.sql.claimIDs, idsMarker, placeholders(len(ids), s.idWrap()), 1), args, nil
+}
+
+// read runs a claim's locking read and appends its rows to the batch.
+func (b *batch) read(ctx context.Context, q string, args ...any) error {
+	rows, err := b.tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return err
 	}
 	defer rows.Close()
-	b.rows = make([]source.Row, 0, limit)
 	for rows.Next() {
 		b.rows = append(b.rows, source.Row{})
-		if err := scanRow(rows, len(s.opts.Layout.Extra), &b.rows[len(b.rows)-1], &b.claimedAt); err != nil {
+		if err := scanRow(rows, len(b.store.opts.Layout.Extra), &b.rows[len(b.rows)-1], &b.claimedAt); err != nil {
 			return fmt.Errorf("decode: %w", err)
 		}
 	}
 	return rows.Err()
+}
+
+// claimable reads the claim's window and returns the ids a claim may take,
+// in the claim's order: the window's rows but those this store's batches
+// in flight hold (their keys are the order book's to hold) and, with
+// ordering, those after a row of their key another relay claimed within
+// the claim timeout (the relay that claimed it is alive, and the row is
+// delivered or its claim expires before the rows after it may go; once it
+// expires it is claimed here, first). Every row before a claimable row is
+// in the window, so the window decides.
+func (s *Store) claimable(ctx context.Context, tx *sql.Tx, limit int) ([]string, error) {
+	args := []any{s.opts.Source}
+	if s.opts.Ordering {
+		args = append(args, s.opts.Source)
+	}
+	rows, err := tx.QueryContext(ctx, s.sql.window, append(args, s.window(limit))...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var (
+		ids     []string
+		foreign map[string]bool // keys a row another relay claimed holds
+	)
+	s.flightMu.Lock()
+	defer s.flightMu.Unlock()
+	for rows.Next() {
+		var id, key string
+		var claimed bool
+		if err := rows.Scan(&id, &key, &claimed); err != nil {
+			return nil, err
+		}
+		switch {
+		case claimed:
+			if key != "" {
+				if foreign == nil {
+					foreign = map[string]bool{}
+				}
+				foreign[key] = true
+			}
+		case key != "" && foreign[key]:
+		case s.inFlight[id]:
+		default:
+			ids = append(ids, id)
+		}
+	}
+	return ids, rows.Err()
+}
+
+// track adds the rows of a claimed batch to those in flight (add) or takes
+// them off.
+func (s *Store) track(rows []source.Row, add bool) {
+	if s.sql.window == "" {
+		return
+	}
+	s.flightMu.Lock()
+	defer s.flightMu.Unlock()
+	if s.inFlight == nil {
+		s.inFlight = map[string]bool{}
+	}
+	for i := range rows {
+		if add {
+			s.inFlight[rows[i].ID] = true
+		} else {
+			delete(s.inFlight, rows[i].ID)
+		}
+	}
 }
 
 // RecordStats implements source.Store: one statement reads the backlog and
