@@ -139,8 +139,8 @@ type Result struct {
 	NoAnalyze      *Measure `json:"relay_no_analyze,omitempty"`
 	NoAnalyzeRatio float64  `json:"no_analyze_ratio,omitempty"`
 	// Bound is what this machine could carry: see MachineBound.
-	Bound MachineBound `json:"machine_bound"`
-	PeakRSSBytes   int64    `json:"relay_peak_rss_bytes"`
+	Bound        MachineBound `json:"machine_bound"`
+	PeakRSSBytes int64        `json:"relay_peak_rss_bytes"`
 	// OrderHeld (keys workload) says whether every key's events arrived in
 	// the order they were written.
 	OrderHeld *bool `json:"order_held,omitempty"`
