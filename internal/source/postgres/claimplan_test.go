@@ -23,29 +23,35 @@ var backlogTables = []struct {
 	preset string
 	table  postgres.Table
 	ddl    string
-	insert string // $1 rows, spread over 1,000 keys
+	// insert makes $1 pending rows spread over 1,000 keys and, where the
+	// layout keeps delivered rows, as many delivered ones before them.
+	insert string
 }{
 	{"kafka-outbox", postgres.Table{Schema: "public", Name: "kafka_outbox"}, "",
-		`INSERT INTO public.kafka_outbox (topic, key, payload_json) SELECT 't', 'k' || (g % 1000), '{}' FROM generate_series(1, $1) g`},
+		`INSERT INTO public.kafka_outbox (topic, key, payload_json, push_completed_at)
+SELECT 't', 'k' || (g % 1000), '{}', CASE WHEN g <= $1 THEN now() END FROM generate_series(1, 2 * $1) g`},
 	{"delete", postgres.Table{Schema: "public", Name: "outbox"},
 		`CREATE TABLE public.outbox (id bigserial PRIMARY KEY, topic text, key text, payload jsonb NOT NULL)`,
 		`INSERT INTO public.outbox (topic, key, payload) SELECT 't', 'k' || (g % 1000), '{}' FROM generate_series(1, $1) g`},
 	{"published-flag", postgres.Table{Schema: "journey_matcher", Name: "outbox"}, fixtures.Seed000,
-		`INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id, created_at)
-SELECT md5((g % 1000)::text)::uuid, 'A', 'e', '{}', gen_random_uuid(), now() - interval '1 hour' + g * interval '1 ms'
-FROM generate_series(1, $1) g`},
+		`INSERT INTO journey_matcher.outbox (aggregate_id, aggregate_type, event_type, payload, correlation_id, created_at, published)
+SELECT md5((g % 1000)::text)::uuid, 'A', 'e', '{}', gen_random_uuid(), now() - interval '1 hour' + g * interval '1 ms', g <= $1
+FROM generate_series(1, 2 * $1) g`},
 	{"prisma", postgres.Table{Schema: "tenant", Name: "OutboxEvent"}, fixtures.Seed002,
-		`INSERT INTO tenant."OutboxEvent" ("id", "tenantId", "eventType", "aggregateType", "aggregateId", "payload", "createdAt")
-SELECT gen_random_uuid()::text, 't', 'e', 'A', 'a' || (g % 1000), '{}', now() - interval '1 hour' + g * interval '1 ms'
-FROM generate_series(1, $1) g`},
+		`INSERT INTO tenant."OutboxEvent" ("id", "tenantId", "eventType", "aggregateType", "aggregateId", "payload", "createdAt", "status")
+SELECT gen_random_uuid()::text, 't', 'e', 'A', 'a' || (g % 1000), '{}', now() - interval '1 hour' + g * interval '1 ms',
+  CASE WHEN g <= $1 THEN 'published' ELSE 'pending' END::core."OutboxStatus"
+FROM generate_series(1, 2 * $1) g`},
 	{"status", postgres.Table{Schema: "public", Name: "outbox"}, fixtures.Seed001,
-		`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, topic, payload, created_at)
-SELECT 'A', md5((g % 1000)::text)::uuid, 'e', 't', '{}', now() - interval '1 hour' + g * interval '1 ms' FROM generate_series(1, $1) g`},
+		`INSERT INTO public.outbox (aggregate_type, aggregate_id, event_type, topic, payload, created_at, status)
+SELECT 'A', md5((g % 1000)::text)::uuid, 'e', 't', '{}', now() - interval '1 hour' + g * interval '1 ms',
+  CASE WHEN g <= $1 THEN 'published' ELSE 'pending' END FROM generate_series(1, 2 * $1) g`},
 }
 
 // TestClaimReadsABoundedWindow checks that a claim on a backlog the planner
 // knows nothing of reads a number of the table's rows bounded by its batch
-// (its window, for a claim that reads one), not by the backlog: a sort of
+// (its window, for a claim that reads one), not by the backlog nor by the
+// delivered rows the table keeps: a sort of
 // every pending row, or a rule applied once per row of the table (a row
 // another relay claimed holds its key), made each claim read the whole
 // backlog, or read it once per candidate.
