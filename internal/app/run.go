@@ -153,6 +153,7 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 	if cs.MaxInFlight > 0 {
 		snk = sink.Limit(snk, cs.MaxInFlight)
 	}
+	snk = a.patient(cs.Sink, snk, cs.Pipeline)
 	routes := slices.Clone(s.Routes)
 	for j := range routes {
 		routes[j].SinkName = cs.Routes[j].Sink
@@ -169,6 +170,7 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 		if n := cs.Routes[j].MaxInFlight; n > 0 {
 			routes[j].Sink = sink.Limit(routes[j].Sink, n)
 		}
+		routes[j].Sink = a.patient(cs.Routes[j].Sink, routes[j].Sink, cs.Pipeline)
 	}
 	var wake <-chan struct{}
 	if !s.Notifies() && cs.Notify == "on" {
@@ -215,6 +217,17 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 		return a.exactlyOnce(s, opts), nil
 	}
 	return func() *relay.Worker { return relay.NewWorker(opts) }, nil
+}
+
+// patient bounds how long a source's batches wait for sink name (its
+// batch_wait): a call given up on goes on in the background, at most a
+// pipeline of them at once.
+func (a *App) patient(name string, p sink.Publisher, pipeline int) sink.Publisher {
+	wait := a.cfg.Sinks[name].BatchWait.D()
+	if wait <= 0 {
+		return p
+	}
+	return sink.NewPatient(p, name, wait, pipeline)
 }
 
 // headerExtras are the layout's configured headers, for the relay.

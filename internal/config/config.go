@@ -90,9 +90,21 @@ type Sink struct {
 	TransactionTimeout Duration `yaml:"transaction_timeout"`
 
 	// Timeout bounds one publish call to the sink, whatever its type: a
-	// call past it leaves its rows pending and opens the circuit. Default
-	// 35s; set it above the sink's own delivery or confirm timeout.
+	// call past it leaves its rows pending and opens the circuit, so it is
+	// how soon a sink that stalls (a connection that holds every byte) is
+	// found out. Set it above the sink's own delivery or confirm timeout.
 	Timeout Duration `yaml:"timeout"`
+	// BatchWait is how long a batch waits for the sink's answer. Rows whose
+	// call has not answered by then are given back, charged no attempt,
+	// their keys held, and are tried again later; the rest of the batch
+	// completes and the source goes on claiming. The call itself goes on in
+	// the background until timeout; at most a source's pipeline of such
+	// calls run at once for each of its routes, and meanwhile the sink's
+	// rows are given back at once. A sink whose answers regularly take
+	// longer than this should have it raised: each call it is given up on
+	// delays its rows by a hold. 0 waits for every call to end (as long as
+	// timeout). Has no effect with delivery exactly_once.
+	BatchWait Duration `yaml:"batch_wait"`
 	// Circuit stops calling a sink that keeps failing: its rows wait,
 	// without holding the source's other sinks.
 	Circuit Circuit `yaml:"circuit"`

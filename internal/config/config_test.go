@@ -243,6 +243,7 @@ func checkMinimal(t *testing.T, c *Config) {
 				RecordRetries:   10,
 				Compression:     "none",
 				Timeout:         Duration(35 * time.Second),
+				BatchWait:       Duration(500 * time.Millisecond),
 				Circuit:         Circuit{Failures: 5, Cooldown: Duration(time.Second), MaxCooldown: Duration(30 * time.Second)},
 			},
 		},
@@ -365,8 +366,8 @@ func TestSinkTimeoutOutlastsOwn(t *testing.T) {
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Sinks["k"].Timeout.D(); got != DefaultSinkTimeout {
-		t.Errorf("kafka sink timeout %s, want %s", got, DefaultSinkTimeout)
+	if got := cfg.Sinks["k"].Timeout.D(); got != DefaultDeliveryTimeout+5*time.Second {
+		t.Errorf("kafka sink timeout %s, want its delivery timeout %s + 5s", got, DefaultDeliveryTimeout)
 	}
 	if got := cfg.Sinks["hook"].Timeout.D(); got != 55*time.Second {
 		t.Errorf("webhook sink timeout %s, want its own 50s + 5s", got)

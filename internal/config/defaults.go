@@ -22,7 +22,9 @@ const (
 	DefaultMaxMessageBytes = 1_000_000
 	DefaultDeliveryTimeout = 30 * time.Second
 	// A sink's breaker: a call's bound, and its circuit.
-	DefaultSinkTimeout        = 35 * time.Second
+	DefaultSinkTimeout = 10 * time.Second
+	// DefaultSinkBatchWait is how long a batch waits for a sink's answer.
+	DefaultSinkBatchWait      = 500 * time.Millisecond
 	DefaultCircuitFailures    = 5
 	DefaultCircuitCooldown    = time.Second
 	DefaultCircuitMaxCooldown = 30 * time.Second
@@ -115,6 +117,7 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 		// A call's bound outlasts the sink's own wait for one message.
 		own := s.ownTimeout()
 		d.dur(&s.Timeout, p+".timeout", max(DefaultSinkTimeout, own+5*time.Second))
+		d.dur(&s.BatchWait, p+".batch_wait", DefaultSinkBatchWait)
 		c.Sinks[name] = s
 	}
 	for i := range c.Sources {

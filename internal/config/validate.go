@@ -99,6 +99,9 @@ func (c *Config) validateSink(ps *problems, name string) {
 	oneOf(ps, p+".type", s.Type, sinkTypes(), true)
 	c.validateSinkBlocks(ps, p, &s)
 	positive(ps, p+".timeout", s.Timeout)
+	if s.BatchWait < 0 {
+		ps.add(p+".batch_wait", "must not be negative, got %s", s.BatchWait)
+	}
 	if s.Circuit.Failures < 1 {
 		ps.add(p+".circuit.failures", "must be at least 1, got %d", s.Circuit.Failures)
 	}

@@ -101,7 +101,7 @@ var derived = map[string]string{
 	"sinks.<name>.type":                "required",
 	"sinks.<name>.webhook.preset":      "none (a plain webhook)",
 	"sinks.<name>.partitioner":         "`murmur2`",
-	"sinks.<name>.timeout":             "`35s`, or the sink's own delivery, confirm, publish, ack or request timeout + 5s when that is longer",
+	"sinks.<name>.timeout":             "`10s`, or the sink's own delivery, confirm, publish, ack or request timeout + 5s when that is longer (`35s` for Kafka, `15s` for a webhook)",
 	"sources[].database":               "the only database; required when there are several",
 	"sources[].sink":                   "the only sink; required when there are several",
 	"sources[].table":                  "required, unless `discover` is set (exactly one of the two)",

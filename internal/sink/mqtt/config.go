@@ -19,7 +19,7 @@ const (
 	DefaultURL             = "mqtt://127.0.0.1:1883"
 	DefaultClientIDPrefix  = "outbox-relay-"
 	DefaultKeepAlive       = 30 * time.Second
-	DefaultPublishTimeout  = 30 * time.Second
+	DefaultPublishTimeout  = 5 * time.Second
 	DefaultConnectTimeout  = 10 * time.Second
 	DefaultMaxMessageBytes = 16 << 20
 	DefaultMaxInFlight     = 256

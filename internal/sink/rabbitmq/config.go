@@ -17,7 +17,7 @@ import (
 // Defaults of Config.
 const (
 	DefaultURL             = "amqp://guest:guest@127.0.0.1:5672/"
-	DefaultConfirmTimeout  = 30 * time.Second
+	DefaultConfirmTimeout  = 5 * time.Second
 	DefaultConnectTimeout  = 10 * time.Second
 	DefaultMaxMessageBytes = 16 << 20 // RabbitMQ 4's default max_message_size
 	DefaultMaxInFlight     = 256
