@@ -57,7 +57,7 @@ func TestReference(t *testing.T) {
 		"| `lease_ttl` | duration | `15s` |",
 		"| `sources[].readiness.max_oldest_pending` | duration | `5m` |",
 		"| `sinks.<name>.circuit.failures` | integer | `5` |",
-		"| `sinks.<name>.rabbitmq.confirm_timeout` | duration | `30s` |",
+		"| `sinks.<name>.rabbitmq.confirm_timeout` | duration | `5s` |",
 		"| `sinks.<name>.nats.url` | string | required (or servers) |",
 		"| `databases.<name>.dsn` | string | required (or set `OUTBOX_RELAY_DATABASE_<NAME>_DSN`) |",
 		"| `sources[].layout.extra_headers` | map of names to string | none |",
