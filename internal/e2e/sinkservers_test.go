@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -32,6 +33,9 @@ type arrival struct {
 	headers map[string]string
 	payload []byte
 	dest    string
+	// at is when the message arrived: the server's time where it keeps
+	// one (NATS, Redis), else when the consumer got it.
+	at time.Time
 	// problems are departures from the sink's documented message shape.
 	problems []string
 }
@@ -116,7 +120,7 @@ func (s *natsStream) read(t *testing.T) []arrival {
 			t.Fatalf("stream %s message %d: %v", s.name, seq, err)
 		}
 		a := arrival{id: m.Header.Get("Nats-Msg-Id"), key: m.Header.Get("Outbox-Key"),
-			headers: map[string]string{}, payload: m.Data, dest: m.Subject}
+			headers: map[string]string{}, payload: m.Data, dest: m.Subject, at: m.Time}
 		for k, vs := range m.Header {
 			if k != "Nats-Msg-Id" && k != "Outbox-Key" && len(vs) > 0 {
 				a.headers[k] = vs[0]
@@ -187,7 +191,7 @@ func newRabbitQueue(t *testing.T, prefix string) *rabbitQueue {
 }
 
 func rabbitArrival(d amqp.Delivery) arrival {
-	a := arrival{id: d.MessageId, headers: map[string]string{}, payload: d.Body, dest: d.RoutingKey}
+	a := arrival{id: d.MessageId, headers: map[string]string{}, payload: d.Body, dest: d.RoutingKey, at: time.Now()}
 	for k, v := range d.Headers {
 		s, ok := v.(string)
 		if !ok {
@@ -261,6 +265,14 @@ func (s *redisStream) read(t *testing.T) []arrival {
 		}
 		fields, _ := entry[1].([]any)
 		a := arrival{headers: map[string]string{}, dest: s.key}
+		if id, _ := entry[0].(string); id != "" {
+			// An entry's id is the server's time of the XADD in
+			// milliseconds, then a sequence number.
+			ms, _, _ := strings.Cut(id, "-")
+			if n, err := strconv.ParseInt(ms, 10, 64); err == nil {
+				a.at = time.UnixMilli(n)
+			}
+		}
 		var names []string
 		for i := 0; i+1 < len(fields); i += 2 {
 			f, _ := fields[i].(string)
@@ -330,7 +342,7 @@ func newMQTTSubscriber(t *testing.T) *mqttSubscriber {
 }
 
 func mqttArrival(p *paho.Publish) arrival {
-	a := arrival{headers: map[string]string{}, payload: p.Payload, dest: p.Topic}
+	a := arrival{headers: map[string]string{}, payload: p.Payload, dest: p.Topic, at: time.Now()}
 	if p.QoS != 1 || p.Retain {
 		a.problem("QoS %d, retain %v; want QoS 1, not retained", p.QoS, p.Retain)
 	}
@@ -387,7 +399,7 @@ func newWebhookReceiver(t *testing.T) *webhookReceiver {
 }
 
 func webhookArrival(r *http.Request, body []byte) arrival {
-	a := arrival{id: r.Header.Get("Idempotency-Key"), headers: map[string]string{}, payload: body, dest: r.URL.EscapedPath()}
+	a := arrival{id: r.Header.Get("Idempotency-Key"), headers: map[string]string{}, payload: body, dest: r.URL.EscapedPath(), at: time.Now()}
 	if r.Method != http.MethodPost || r.Header.Get("Content-Type") != "application/json" || r.Header.Get("User-Agent") != "outbox-relay" {
 		a.problem("%s, content type %q, user agent %q", r.Method, r.Header.Get("Content-Type"), r.Header.Get("User-Agent"))
 	}
