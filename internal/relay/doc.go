@@ -27,6 +27,14 @@
 // the next claims skip the key until the batches claimed before have
 // finished, and then take it from its first pending row.
 //
+// A sink that stalls holds no batch: each route's sink is wrapped so that a
+// batch waits for its answer at most the sink's batch_wait, and the rows of a
+// call still unanswered come back unavailable, so they are held like any
+// other; the rest of the batch completes and claims go on. The call goes on
+// in the background, within a budget per sink (see sink.Patient). A later
+// row of a held key waits whatever its sink: the book fences it, and the
+// claim skips the key.
+//
 // Ordering can be turned off per source; then every row goes at once and
 // only its own backoff holds it.
 //
