@@ -2,9 +2,11 @@ package mysql
 
 import (
 	"context"
+	"database/sql"
 	"database/sql/driver"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 )
 
@@ -43,7 +45,18 @@ func (s *Store) Settle(ctx context.Context, n int, timeout time.Duration) error 
 		return fmt.Errorf("settle %s: %w", s.opts.Table, err)
 	}
 	defer func() { _ = tx.Rollback() }()
-	rows, err := tx.QueryContext(ctx, s.sql.settle, n)
+	q, args := s.sql.settle, []any{n}
+	if s.sql.window != "" {
+		// The first n rows a claim could take, read without locks by the
+		// pending rows' index, then waited for by primary key.
+		if q, args, err = s.settleIDs(ctx, tx, n); err != nil {
+			return fmt.Errorf("settle %s: %w", s.opts.Table, err)
+		}
+		if q == "" {
+			return nil
+		}
+	}
+	rows, err := tx.QueryContext(ctx, q, args...)
 	if err != nil {
 		return fmt.Errorf("settle %s: wait for the rows other transactions hold: %w", s.opts.Table, err)
 	}
@@ -53,4 +66,35 @@ func (s *Store) Settle(ctx context.Context, n int, timeout time.Duration) error 
 		return fmt.Errorf("settle %s: %w", s.opts.Table, err)
 	}
 	return rows.Close()
+}
+
+// settleIDs is the locking read of the first n rows of the claim's window,
+// and its arguments; "" when the window is empty.
+func (s *Store) settleIDs(ctx context.Context, tx *sql.Tx, n int) (string, []any, error) {
+	args := []any{s.opts.Source}
+	if s.opts.Ordering {
+		args = append(args, s.opts.Source)
+	}
+	rows, err := tx.QueryContext(ctx, s.sql.window, append(args, n)...)
+	if err != nil {
+		return "", nil, err
+	}
+	defer rows.Close()
+	var ids []any
+	for rows.Next() {
+		var id, key string
+		var claimed bool
+		if err := rows.Scan(&id, &key, &claimed); err != nil {
+			return "", nil, err
+		}
+		v, err := s.idArg(id)
+		if err != nil {
+			return "", nil, fmt.Errorf("id %q: %w", id, err)
+		}
+		ids = append(ids, v)
+	}
+	if err := rows.Err(); err != nil || len(ids) == 0 {
+		return "", nil, err
+	}
+	return strings.Replace(s.sql.settle, idsMarker, placeholders(len(ids), s.idWrap()), 1), ids, nil
 }

@@ -29,13 +29,15 @@ type statements struct {
 	// source (attempts), the ids (in place of idsMarker), ? source, [?
 	// source].
 	window, claimIDs string
-	settle           string // ? limit: the first pending rows, locked without skipping
-	ackSets          string // SET list for a published row (not in delete mode); ? batch id, ? claim time when ackClaim
-	ackClaim         bool   // the layout records the claim (state.batch_id, state.claimed_at) on delivery
-	deadSets         string // SET list for a dead-lettered row (not in delete mode)
-	pendingValues    string // SET list that puts a row back in the pending set
-	gauges           string // ? source
-	stats            string // ? source, schema, table, last id, published, retried, dead, pending, lag
+	// settle locks the first pending rows without skipping: ? limit, or,
+	// with a window, the window's ids in place of idsMarker.
+	settle        string
+	ackSets       string // SET list for a published row (not in delete mode); ? batch id, ? claim time when ackClaim
+	ackClaim      bool   // the layout records the claim (state.batch_id, state.claimed_at) on delivery
+	deadSets      string // SET list for a dead-lettered row (not in delete mode)
+	pendingValues string // SET list that puts a row back in the pending set
+	gauges        string // ? source
+	stats         string // ? source, schema, table, last id, published, retried, dead, pending, lag
 }
 
 // attemptsSQL is a row's failed attempts: the relay's retry state, else the
@@ -183,8 +185,13 @@ LIMIT ?
 FOR UPDATE SKIP LOCKED`, strings.Join(selectList, ",\n  "), table, force, strings.Join(where, "\n  AND "), orderBy)
 	}
 
-	s.settle = fmt.Sprintf("SELECT 1 FROM %s o%s WHERE %s ORDER BY %s LIMIT ? FOR UPDATE", table, force,
-		sq.Pending(l, "o"), orderBy)
+	if s.window != "" {
+		// The window's rows, waited for by primary key.
+		s.settle = "SELECT 1 FROM " + table + " o FORCE INDEX (PRIMARY) WHERE " + sq.Col("o", l.ID.Name) + " IN (" + idsMarker + ") FOR UPDATE"
+	} else {
+		s.settle = fmt.Sprintf("SELECT 1 FROM %s o%s WHERE %s ORDER BY %s LIMIT ? FOR UPDATE", table, force,
+			sq.Pending(l, "o"), orderBy)
+	}
 
 	setPublished, setDead, setPending := sq.StateSets(l)
 	s.ackSets = setPublished
