@@ -101,6 +101,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 	for _, o := range opts {
 		o(a)
 	}
+	reg.MustRegister(metrics.NewStateCollector(a.sourceStates))
 	for name, db := range cfg.Databases {
 		if err := a.openDB(ctx, name, db); err != nil {
 			a.Close()
@@ -285,19 +286,23 @@ func (a *App) ready(ctx context.Context) map[string]error {
 		out["database:"+name] = db.Ping(ctx)
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	for name, s := range a.sinks {
 		if p, ok := s.(interface{ Ping(context.Context) error }); ok {
 			out["sink:"+name] = p.Ping(ctx)
 		}
 	}
-	for name, r := range a.running {
-		if w := r.active(); w != nil {
-			out["source:"+name] = w.Healthy()
-		}
-	}
 	if len(a.running) == 0 {
 		out["sources"] = errors.New("no source is running yet")
+	}
+	a.mu.Unlock()
+	// A source this process relays, or stands by for, is ready unless it
+	// is stuck; its check says why.
+	for name, c := range a.conditions(time.Now()) {
+		var err error
+		if c.State == StateStuck {
+			err = fmt.Errorf("%s (%s): %s", c.State, c.Cause, c.Reason)
+		}
+		out["source:"+name] = err
 	}
 	return out
 }

@@ -4,9 +4,11 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
+	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/kafka"
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
@@ -35,13 +37,17 @@ func (a *App) exactlyOnce(s *Source, opts relay.Options) func() *relay.Worker {
 			o.Recover = func(context.Context) error { return fmt.Errorf("exactly-once producer: %w", err) }
 			return relay.NewWorker(o)
 		}
-		o.Sink, o.Txn = sh.Publisher(), sh
+		// The sink's state, as relay_state records it for `status`, says
+		// when the takeover fails, and why.
+		pub := &takeoverState{Publisher: sh.Publisher()}
+		o.Sink, o.Txn = pub, sh
 		o.Routes = append([]relay.Route(nil), opts.Routes...)
 		for i := range o.Routes {
-			o.Routes[i].Sink = sh.Publisher()
+			o.Routes[i].Sink = pub
 		}
 		o.Recover = func(ctx context.Context) error {
 			ids, err := sh.Recover(ctx)
+			pub.set(err)
 			if err != nil {
 				return err
 			}
@@ -60,4 +66,27 @@ func (a *App) exactlyOnce(s *Source, opts relay.Options) func() *relay.Worker {
 		}
 		return relay.NewWorker(o)
 	}
+}
+
+// takeoverState is an exactly-once source's publisher whose state is that
+// of its latest takeover: "ok", or why it failed.
+type takeoverState struct {
+	sink.Publisher
+	failed atomic.Pointer[error]
+}
+
+func (t *takeoverState) set(err error) {
+	if err == nil {
+		t.failed.Store(nil)
+		return
+	}
+	t.failed.Store(&err)
+}
+
+// Status is the publisher's state (see breaker.Publisher.Status).
+func (t *takeoverState) Status() string {
+	if p := t.failed.Load(); p != nil {
+		return "exactly-once takeover failing: " + (*p).Error()
+	}
+	return "ok"
 }

@@ -14,7 +14,8 @@ import (
 // and queue maintenance beside it.
 func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build func() *relay.Worker) {
 	ttl := a.cfg.LeaseTTL.D()
-	o := lease.HoldOptions{Shard: s.Name, TTL: ttl, Table: s.TableName(), Logger: a.log.With("source", s.Name)}
+	o := lease.HoldOptions{Shard: s.Name, TTL: ttl, Table: s.TableName(), Logger: a.log.With("source", s.Name),
+		Standby: r.standby}
 	if f, ok := s.Store.(lease.Fenced); ok {
 		o.Fence = f.LeaseFence()
 	}
@@ -25,6 +26,7 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 		o.Settle = func(ctx context.Context) error { return st.Settle(ctx, n, ttl) }
 	}
 	a.leases[s.Config.Database].Hold(ctx, o, func(ctx context.Context) {
+		r.holding()
 		w := build()
 		r.set(w)
 		retained := a.startRetention(ctx, s)
@@ -33,5 +35,6 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 		<-retained
 		<-maintained
 		r.set(nil)
+		r.released()
 	})
 }

@@ -19,10 +19,22 @@ import (
 )
 
 // runningSource is a source this process serves: relaying it while it
-// holds the source's lease, standing by while another replica does.
+// holds the source's lease, standing by while another replica does. It
+// keeps what this process knows of the source's lease (see condition).
 type runningSource struct {
+	cs config.Source
+
 	mu     sync.Mutex
 	worker *relay.Worker // nil while standing by
+	// lease is where this process stands with the source's lease, since
+	// when, and why it could not have it (nil: another replica holds it).
+	lease    leasePhase
+	since    time.Time
+	leaseErr error
+}
+
+func newRunningSource(cs config.Source) *runningSource {
+	return &runningSource{cs: cs, lease: leaseAcquiring, since: time.Now()}
 }
 
 func (r *runningSource) active() *relay.Worker {
@@ -79,7 +91,7 @@ func (a *App) Run(ctx context.Context) error {
 	listenerFor := ls.get
 	start := func(s *Source) error {
 		// Discovery rules run concurrently: reserve the name first.
-		r := &runningSource{}
+		r := newRunningSource(s.Config)
 		a.mu.Lock()
 		_, dup := a.running[s.Name]
 		if !dup {

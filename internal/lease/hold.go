@@ -27,6 +27,9 @@ type HoldOptions struct {
 	// Logger receives the holder's transitions (standing by, took over,
 	// lost); nil discards them.
 	Logger *slog.Logger
+	// Standby, when not nil, is told each time the lease could not be had:
+	// err is why, nil when another replica holds it.
+	Standby func(err error)
 }
 
 // Hold runs work while this owner holds the shard's lease, and returns once
@@ -62,6 +65,9 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 				log.Info("another replica holds this source; standing by")
 			}
 			standby, held = true, false
+			if o.Standby != nil && ctx.Err() == nil {
+				o.Standby(err)
+			}
 			sleepCtx(ctx, o.TTL/3)
 			continue
 		}

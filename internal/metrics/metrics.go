@@ -23,6 +23,8 @@
 //	outbox_relay_inflight_batches{source}           batches claimed but not yet committed
 //	outbox_relay_last_claim_timestamp_seconds{source} Unix time of the latest successful claim query
 //	outbox_relay_sink_circuit_state{sink}           0 closed, 1 half-open, 2 open
+//	outbox_relay_source_relaying{source}            1 while this process relays the source, else 0
+//	outbox_relay_source_state{source,state,cause}   1: the source's state here and why it does not relay (see StateCollector)
 //
 // Histograms:
 //

@@ -125,11 +125,13 @@ func (w *Worker) recover(ctx context.Context) bool {
 	for {
 		err := w.o.Recover(ctx)
 		if err == nil {
+			w.takeover.Store(nil)
 			return true
 		}
 		if ctx.Err() != nil {
 			return false
 		}
+		w.takeover.Store(&err)
 		w.log.Error("exactly-once takeover failed; retrying", "err", err, "retry_in", wait)
 		if !w.sleep(ctx, wait, nil, nil) {
 			return false

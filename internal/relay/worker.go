@@ -95,6 +95,11 @@ type Worker struct {
 	started   time.Time
 	// receipts says the store records what the destination answered.
 	receipts bool
+	// takeover is the latest failure of Options.Recover, nil once it
+	// succeeded (or before its first try).
+	takeover atomic.Pointer[error]
+	// retries logs the rows given another attempt (see retryLog).
+	retries *retryLog
 	// freed is signalled when a batch completes.
 	freed chan struct{}
 	// lastTxn, per producer, is closed when the producer's latest batch's
@@ -122,7 +127,10 @@ func NewWorker(o Options) *Worker {
 	}
 	now := time.Now()
 	rt, ok := o.Store.(source.ReceiptTaker)
+	retries := newRetryLog(o.Logger.With("source", o.Name), retrySummaryEvery, time.Now)
+	o.Store = retryWatch{Store: o.Store, log: retries}
 	return &Worker{
+		retries:  retries,
 		receipts: ok && rt.TakesReceipts(),
 		freed:    make(chan struct{}, 1),
 		o:        o,
@@ -144,9 +152,47 @@ func closedChan() <-chan struct{} {
 func (w *Worker) Healthy() error { return w.Check(time.Now()) }
 
 // Check says why the source is stuck at now, or nil: its claims have all
-// failed for longer than MaxClaimFailure, or its oldest pending event is
-// older than MaxOldestPending.
+// failed for longer than MaxClaimFailure, its exactly-once takeover has
+// failed for that long, it has had no successful claim that long after its
+// start, or its oldest pending event is older than MaxOldestPending.
 func (w *Worker) Check(now time.Time) error {
+	c := w.Condition(now)
+	if c.Starting {
+		return nil
+	}
+	return c.Err
+}
+
+// Condition is what a worker knows of its source's progress at a time.
+type Condition struct {
+	// Starting is true while the worker has had no successful claim yet
+	// and its grace (MaxClaimFailure) since its start has not run out.
+	Starting bool
+	// Cause names why the source does not relay (one of the Cause
+	// constants), "" when it does; Err says it in words.
+	Cause string
+	Err   error
+}
+
+// Causes of a source not relaying, as a worker sees them.
+const (
+	CauseTakeover = "takeover_failing"
+	CauseClaims   = "claims_failing"
+	CauseBacklog  = "backlog_too_old"
+	CauseNoClaim  = "no_claim"
+)
+
+// Condition says how the source stands at now: relaying (no Cause),
+// starting (no successful claim yet, within the grace), or not relaying and
+// why.
+func (w *Worker) Condition(now time.Time) Condition {
+	grace := w.o.MaxClaimFailure
+	young := grace <= 0 || now.Sub(w.started) <= grace
+	claimed := w.LastPoll().After(w.started)
+	if p := w.takeover.Load(); p != nil {
+		return Condition{Starting: young, Cause: CauseTakeover,
+			Err: fmt.Errorf("exactly-once takeover failing for %s: %w", now.Sub(w.started).Round(time.Second), *p)}
+	}
 	if p := w.lastErr.Load(); p != nil && w.o.MaxClaimFailure > 0 {
 		last := w.LastPoll()
 		if last.Before(w.started) {
@@ -154,16 +200,41 @@ func (w *Worker) Check(now time.Time) error {
 		}
 		since := now.Sub(last)
 		if since > w.o.MaxClaimFailure {
-			return fmt.Errorf("claims failing for %s (readiness.max_claim_failure %s): %w",
-				since.Round(time.Second), w.o.MaxClaimFailure, *p)
+			return Condition{Cause: CauseClaims, Err: fmt.Errorf("claims failing for %s (readiness.max_claim_failure %s): %w",
+				since.Round(time.Second), w.o.MaxClaimFailure, *p)}
+		}
+		if !claimed {
+			return Condition{Starting: true, Cause: CauseClaims, Err: fmt.Errorf("claims failing: %w", *p)}
 		}
 	}
 	if age := time.Duration(w.oldestAge.Load()); w.o.MaxOldestPending > 0 && age > w.o.MaxOldestPending {
-		return fmt.Errorf("the oldest pending event is %s old (readiness.max_oldest_pending %s)",
-			age.Round(time.Second), w.o.MaxOldestPending)
+		return Condition{Cause: CauseBacklog, Err: fmt.Errorf("the oldest pending event is %s old (readiness.max_oldest_pending %s)",
+			age.Round(time.Second), w.o.MaxOldestPending)}
 	}
-	return nil
+	if !claimed {
+		if young {
+			return Condition{Starting: true}
+		}
+		return Condition{Cause: CauseNoClaim, Err: fmt.Errorf("no successful claim in the %s since it started (readiness.max_claim_failure %s)",
+			now.Sub(w.started).Round(time.Second), w.o.MaxClaimFailure)}
+	}
+	return Condition{}
 }
+
+// Started is when the worker was built (its lease term began).
+func (w *Worker) Started() time.Time { return w.started }
+
+// Pending is the backlog as this worker knows it: the latest count, less
+// what batches took out of the pending set since.
+func (w *Worker) Pending() int64 {
+	w.statsMu.Lock()
+	defer w.statsMu.Unlock()
+	return w.pending
+}
+
+// OldestPending is the age of the oldest pending event as the latest claim
+// or count saw it.
+func (w *Worker) OldestPending() time.Duration { return time.Duration(w.oldestAge.Load()) }
 
 // setOldest records the age of the oldest pending event, for Check and
 // the gauge.
@@ -207,7 +278,20 @@ func (w *Worker) Run(ctx context.Context) error {
 			_ = w.o.Txn.Close(cctx)
 		}()
 	}
+	// The stats loop ends with the claims (whether ctx ended, the lease
+	// was lost or the worker stopped to recover). It starts before the
+	// takeover, so that the backlog is counted (and relay_state says who
+	// holds the source) while a takeover keeps failing.
+	sctx, stopStats := context.WithCancel(ctx)
+	defer stopStats()
+	statsDone := make(chan struct{})
+	go func() {
+		defer close(statsDone)
+		w.statsLoop(sctx)
+	}()
 	if w.o.Recover != nil && !w.recover(ctx) {
+		stopStats()
+		<-statsDone
 		return ctx.Err()
 	}
 	slots := make(chan struct{}, w.o.Pipeline)
@@ -220,15 +304,14 @@ func (w *Worker) Run(ctx context.Context) error {
 			<-slots
 		}
 	}()
-	// The stats loop ends with the claims (whether ctx ended, the lease
-	// was lost or the worker stopped to recover).
-	sctx, stopStats := context.WithCancel(ctx)
-	defer stopStats()
-	statsDone := make(chan struct{})
+	retriesDone := make(chan struct{})
 	go func() {
-		defer close(statsDone)
-		w.statsLoop(sctx)
+		defer close(retriesDone)
+		t := time.NewTicker(retrySummaryEvery)
+		defer t.Stop()
+		w.retries.run(sctx, t.C)
 	}()
+	defer func() { stopStats(); <-retriesDone }()
 
 	// Claims stop when ctx ends, or when a completion finds the lease lost.
 	cctx, stopClaims := context.WithCancel(ctx)

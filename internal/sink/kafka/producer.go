@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -99,6 +100,15 @@ func readProgress(ctx context.Context, cfg config.Sink, admin *kadm.Client, topi
 		return nil, fmt.Errorf("exactly-once: progress topic %q: %w", topic, err)
 	}
 	if err := ends.Error(); err != nil {
+		if errors.Is(err, kerr.UnknownTopicOrPartition) {
+			if cfg.AutoCreateTopics {
+				// No transaction has committed progress yet: the
+				// first one creates the topic (auto_create_topics).
+				return map[string][]string{}, nil
+			}
+			return nil, fmt.Errorf("exactly-once: progress topic %q does not exist: create it (compacted, one partition is enough; "+
+				"see progress_topic), or set auto_create_topics on the sink: %w", topic, err)
+		}
 		return nil, fmt.Errorf("exactly-once: progress topic %q: %w", topic, err)
 	}
 	want := map[int32]int64{}
