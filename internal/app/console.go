@@ -18,13 +18,15 @@ type consoleAPI struct{ a *App }
 
 var _ admin.API = consoleAPI{}
 
-// Sources is every source's status, and the last hour of each source this
+// Sources is every source's status (what this process knows of the
+// sources it serves in place of their records), and the last hour of each source this
 // process relays (pending, oldest pending age, events a second).
 func (c consoleAPI) Sources(ctx context.Context) (any, error) {
 	st, err := c.a.Status(ctx)
 	if err != nil {
 		return nil, err
 	}
+	st = c.a.overlay(st, time.Now())
 	c.a.mu.Lock()
 	h := c.a.history
 	c.a.mu.Unlock()

@@ -68,6 +68,10 @@ func (a *App) exactlyOnce(s *Source, opts relay.Options) func() *relay.Worker {
 	}
 }
 
+// takeoverFailing begins the state of a sink whose exactly-once takeover
+// failed.
+const takeoverFailing = "exactly-once takeover failing: "
+
 // takeoverState is an exactly-once source's publisher whose state is that
 // of its latest takeover: "ok", or why it failed.
 type takeoverState struct {
@@ -86,7 +90,7 @@ func (t *takeoverState) set(err error) {
 // Status is the publisher's state (see breaker.Publisher.Status).
 func (t *takeoverState) Status() string {
 	if p := t.failed.Load(); p != nil {
-		return "exactly-once takeover failing: " + (*p).Error()
+		return takeoverFailing + (*p).Error()
 	}
 	return "ok"
 }

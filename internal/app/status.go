@@ -3,9 +3,12 @@ package app
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
@@ -37,8 +40,27 @@ type SourceStatus struct {
 	LastClaim *time.Time        `json:"last_claim,omitempty"`
 	Updated   *time.Time        `json:"updated,omitempty"`
 	Sinks     map[string]string `json:"sinks"`
+	// State is relaying, starting, standby or stuck (see the State
+	// constants); Cause, when the source is not relayed, says why in a
+	// word (see the Cause constants) and Reason in words.
+	State  string `json:"state"`
+	Cause  string `json:"cause,omitempty"`
+	Reason string `json:"reason,omitempty"`
 	// Stuck says why the source is stuck; empty when it is not.
 	Stuck string `json:"stuck,omitempty"`
+	// RecordedBy is the process whose record the figures come from, and
+	// HeldSince when the lease's holder took it.
+	RecordedBy string     `json:"recorded_by,omitempty"`
+	HeldSince  *time.Time `json:"held_since,omitempty"`
+	// PendingLive is set when Pending and OldestPendingSeconds were
+	// counted by the process answering, which relays the source; else
+	// they come from the stored record, PendingAgeSeconds old, and
+	// PendingStale says that record is not the current holder's latest
+	// (another process wrote it, or it is older than a few stats
+	// intervals).
+	PendingLive       bool    `json:"pending_live"`
+	PendingStale      bool    `json:"pending_stale"`
+	PendingAgeSeconds float64 `json:"pending_age_seconds"`
 }
 
 // Status reads the state of every source of the configuration, as the
@@ -63,22 +85,22 @@ func (a *App) Status(ctx context.Context) ([]SourceStatus, error) {
 		for _, g := range got {
 			s := SourceStatus{Source: g.Source, Database: db, Table: g.Table, Owner: g.Owner, Term: g.Term, Held: g.Held,
 				Pending: g.Pending, OldestPendingSeconds: g.OldestPendingSeconds, EventsPerSecond: g.EventsPerSecond,
-				Retrying: g.Retrying, DeadLetters: g.DeadLetters, LastClaim: g.LastClaim, Updated: g.Updated, Sinks: g.Sinks}
+				Retrying: g.Retrying, DeadLetters: g.DeadLetters, LastClaim: g.LastClaim, Updated: g.Updated, Sinks: g.Sinks,
+				RecordedBy: g.RecordedBy, HeldSince: g.HeldSince}
 			if g.Schema != "" {
 				s.Table = g.Schema + "." + g.Table
 			}
 			out = append(out, s)
 		}
 	}
-	return a.judge(out), nil
+	return a.judge(out, time.Now()), nil
 }
 
 // judge keeps the sources of this configuration (a discovered source is
-// "rule:schema.table"), adds those no relay has recorded yet, and says
-// which are stuck.
-func (a *App) judge(recorded []SourceStatus) []SourceStatus {
+// "rule:schema.table"), adds those no relay has recorded yet, and says how
+// each stands by its record.
+func (a *App) judge(recorded []SourceStatus, now time.Time) []SourceStatus {
 	var out []SourceStatus
-	now := time.Now()
 	for _, cs := range a.cfg.Sources {
 		found := false
 		for _, s := range recorded {
@@ -86,36 +108,126 @@ func (a *App) judge(recorded []SourceStatus) []SourceStatus {
 				continue
 			}
 			found = true
-			s.Stuck = stuck(s, cs, now)
-			out = append(out, s)
+			out = append(out, judgeRecord(s, cs, now))
 		}
 		if !found {
 			out = append(out, SourceStatus{Source: cs.Name, Database: cs.Database, Table: cs.Table,
-				Sinks: map[string]string{}, Stuck: "no relay has recorded it yet"})
+				Sinks: map[string]string{}, State: StateStuck, Cause: CauseNotRecorded,
+				Reason: "no relay has recorded it yet", Stuck: "no relay has recorded it yet", PendingStale: true})
 		}
 	}
 	return out
 }
 
-// stuck says why a source is stuck, or "".
-func stuck(s SourceStatus, cs config.Source, now time.Time) string {
-	// The relay records every stats interval (15 s): allow for it.
-	const slack = 30 * time.Second
-	switch {
-	case !s.Held:
-		return "no relay holds it (no live lease)"
-	case s.LastClaim == nil:
-		return "no successful claim recorded"
-	case now.Sub(*s.LastClaim) > cs.Readiness.MaxClaimFailure.D()+slack:
-		return fmt.Sprintf("no successful claim for %s", now.Sub(*s.LastClaim).Round(time.Second))
-	case time.Duration(s.OldestPendingSeconds*float64(time.Second)) > cs.Readiness.MaxOldestPending.D():
-		return fmt.Sprintf("the oldest pending event is %s old (readiness.max_oldest_pending %s)",
-			time.Duration(s.OldestPendingSeconds*float64(time.Second)).Round(time.Second), cs.Readiness.MaxOldestPending)
+// Record timing: the relay records every stats interval (15 s); a record is
+// fresh for a few of them, and a term has statsSlack more than its grace
+// before its first claim must be on record.
+const (
+	recordFresh = 45 * time.Second
+	statsSlack  = 30 * time.Second
+)
+
+// judgeRecord says, from its record, how a source stands at now, and
+// whether the record's backlog is stale.
+func judgeRecord(s SourceStatus, cs config.Source, now time.Time) SourceStatus {
+	holders := s.Held && s.RecordedBy != "" && s.RecordedBy == s.Owner
+	s.PendingStale = !holders
+	if s.Updated != nil {
+		s.PendingAgeSeconds = max(now.Sub(*s.Updated), 0).Seconds()
+		if now.Sub(*s.Updated) > recordFresh {
+			s.PendingStale = true
+		}
+	} else {
+		s.PendingStale = true
 	}
-	for name, st := range s.Sinks {
-		if st == "circuit open" {
-			return "sink " + name + ": circuit open"
+	s.State, s.Cause, s.Reason = judgeState(s, holders, cs, now)
+	s.Stuck = ""
+	if s.State == StateStuck {
+		s.Stuck = s.Reason
+	}
+	return s
+}
+
+func judgeState(s SourceStatus, holders bool, cs config.Source, now time.Time) (state, cause, reason string) {
+	if !s.Held {
+		return StateStuck, CauseLeaseUnheld, "no relay holds it (no live lease)"
+	}
+	sinkCause, sinkReason := sinkTrouble(s.Sinks)
+	if !holders || s.LastClaim == nil {
+		// The holder has not recorded a claim of its term yet.
+		grace := cs.Readiness.MaxClaimFailure.D() + statsSlack
+		term := time.Duration(0)
+		if s.HeldSince != nil {
+			term = max(now.Sub(*s.HeldSince), 0)
+		}
+		why := fmt.Sprintf("%s took the lease %s ago and has recorded no successful claim yet", s.Owner, term.Round(time.Second))
+		if holders && sinkReason != "" {
+			why += "; " + sinkReason
+		}
+		if term <= grace {
+			return StateStarting, sinkCause, why
+		}
+		if holders && sinkCause != "" {
+			return StateStuck, sinkCause, why
+		}
+		return StateStuck, CauseNoClaim, why
+	}
+	switch {
+	case now.Sub(*s.LastClaim) > cs.Readiness.MaxClaimFailure.D()+statsSlack:
+		why := fmt.Sprintf("no successful claim for %s", now.Sub(*s.LastClaim).Round(time.Second))
+		if sinkReason != "" {
+			return StateStuck, sinkCause, why + "; " + sinkReason
+		}
+		return StateStuck, CauseClaims, why
+	case time.Duration(s.OldestPendingSeconds*float64(time.Second)) > cs.Readiness.MaxOldestPending.D():
+		return StateStuck, CauseBacklog, fmt.Sprintf("the oldest pending event is %s old (readiness.max_oldest_pending %s)",
+			time.Duration(s.OldestPendingSeconds*float64(time.Second)).Round(time.Second), cs.Readiness.MaxOldestPending)
+	case sinkCause != "":
+		return StateStuck, sinkCause, sinkReason
+	}
+	return StateRelaying, "", ""
+}
+
+// sinkTrouble is the first sink state, in name order, that stops the
+// source: a circuit open, an exactly-once takeover failing.
+func sinkTrouble(sinks map[string]string) (cause, reason string) {
+	for _, name := range slices.Sorted(maps.Keys(sinks)) {
+		st := sinks[name]
+		switch {
+		case st == "circuit open":
+			return CauseCircuitOpen, "sink " + name + ": circuit open"
+		case strings.HasPrefix(st, takeoverFailing):
+			if strings.Contains(st, kerr.UnknownTopicOrPartition.Message) {
+				return CauseTopicMissing, "sink " + name + ": " + st
+			}
+			return CauseTakeover, "sink " + name + ": " + st
 		}
 	}
-	return ""
+	return "", ""
+}
+
+// overlay replaces, in st, what this process knows better than the
+// records: the state of each source it serves, and the backlog of those it
+// relays (counted now, not as last recorded).
+func (a *App) overlay(st []SourceStatus, now time.Time) []SourceStatus {
+	conds := a.conditions(now)
+	a.mu.Lock()
+	running := maps.Clone(a.running)
+	a.mu.Unlock()
+	for i := range st {
+		s := &st[i]
+		c, ok := conds[s.Source]
+		if !ok {
+			continue
+		}
+		s.State, s.Cause, s.Reason, s.Stuck = c.State, c.Cause, c.Reason, ""
+		if c.State == StateStuck {
+			s.Stuck = c.Reason
+		}
+		if w := running[s.Source].active(); w != nil {
+			s.Pending, s.OldestPendingSeconds = w.Pending(), w.OldestPending().Seconds()
+			s.PendingLive, s.PendingStale, s.PendingAgeSeconds = true, false, 0
+		}
+	}
+	return st
 }

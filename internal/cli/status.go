@@ -31,10 +31,21 @@ pending and the age of the oldest, events delivered a second over the last
 minute, events backing off, dead letters not replayed, the last successful
 claim, and each sink's state (ok, failing, half-open, circuit open).
 
-It exits non-zero when a source is stuck: no relay holds it, it has had no
-successful claim for longer than its readiness.max_claim_failure, its oldest
-pending event is older than its readiness.max_oldest_pending, or a sink's
-circuit is open. --watch refreshes until interrupted.`,
+The STATE column says how each source stands: ok (relayed), starting (its
+holder took the lease a moment ago and has not recorded a claim yet: it has
+readiness.max_claim_failure, plus 30 s for the record, to do so), or STUCK
+with the cause: no relay holds it, no successful claim since its holder took
+it or for longer than its readiness.max_claim_failure (with the holder's
+reason when it recorded one, such as an exactly-once takeover failing for a
+missing progress topic), its oldest pending event older than its
+readiness.max_oldest_pending, or a sink's circuit open.
+
+PENDING is the backlog as the holder last counted it; "(stale, 2m old)"
+follows it when that count is not the current holder's latest (the record
+was written by an earlier process, or not refreshed for 45 s).
+
+It exits non-zero when a source is stuck (not while it is starting).
+--watch refreshes until interrupted.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg, log, err := g.load()
@@ -114,10 +125,22 @@ func printStatus(w io.Writer, st []app.SourceStatus, now time.Time) {
 			sinks = append(sinks, name+"="+s.Sinks[name])
 		}
 		state := "ok"
-		if s.Stuck != "" {
+		switch {
+		case s.Stuck != "":
 			state = "STUCK: " + s.Stuck
+		case s.State == app.StateStarting:
+			state = "starting: " + s.Reason
+		case s.State == app.StateStandby:
+			state = "standby: " + s.Reason
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%s\t%.1f\t%d\t%d\t%s\t%s\t%s\n", s.Source, owner, s.Term, s.Pending,
+		pending := fmt.Sprint(s.Pending)
+		switch {
+		case s.Updated == nil && !s.PendingLive:
+			pending = "-"
+		case s.PendingStale:
+			pending += fmt.Sprintf(" (stale, %s old)", (time.Duration(s.PendingAgeSeconds * float64(time.Second))).Round(time.Second))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.1f\t%d\t%d\t%s\t%s\t%s\n", s.Source, owner, s.Term, pending,
 			(time.Duration(s.OldestPendingSeconds * float64(time.Second))).Round(time.Second), s.EventsPerSecond,
 			s.Retrying, s.DeadLetters, last, strings.Join(sinks, ","), state)
 	}

@@ -29,6 +29,11 @@ type Recorded struct {
 	// Retrying counts events backing off; DeadLetters those dead-lettered
 	// and not replayed.
 	Retrying, DeadLetters int64
+	// RecordedBy is the process that wrote the record (the holder's once
+	// it has recorded); HeldSince is when the lease's holder took it,
+	// shifted to this process's clock (nil: no lease).
+	RecordedBy string
+	HeldSince  *time.Time
 }
 
 // StatusSQL reads every source's recorded state in one database: rs is the
@@ -40,7 +45,7 @@ func StatusSQL(rs, now, sinks string) string {
   s.last_claim_at, s.updated_at, ` + sinks + `,
   (SELECT COUNT(*) FROM ` + rs + `.retry_state r WHERE r.source = s.source),
   (SELECT COUNT(*) FROM ` + rs + `.failed_events f WHERE f.source = s.source AND f.replayed_at IS NULL),
-  ` + now + `
+  ` + now + `, COALESCE(s.owner, ''), l.acquired_at
 FROM ` + rs + `.relay_state s LEFT JOIN ` + rs + `.leases l ON l.shard = s.source
 ORDER BY s.source`
 }
@@ -60,10 +65,11 @@ func ScanStatus(rows RowScanner) ([]Recorded, error) {
 			s                  Recorded
 			sinks              string
 			lastClaim, updated sql.NullTime
+			acquired           sql.NullTime
 			now                time.Time
 		)
 		if err := rows.Scan(&s.Source, &s.Schema, &s.Table, &s.Owner, &s.Term, &s.Held, &s.Pending, &s.OldestPendingSeconds,
-			&s.EventsPerSecond, &lastClaim, &updated, &sinks, &s.Retrying, &s.DeadLetters, &now); err != nil {
+			&s.EventsPerSecond, &lastClaim, &updated, &sinks, &s.Retrying, &s.DeadLetters, &now, &s.RecordedBy, &acquired); err != nil {
 			return nil, err
 		}
 		// The last claim is the relay's clock; the update time is the
@@ -76,6 +82,10 @@ func ScanStatus(rows RowScanner) ([]Recorded, error) {
 		if updated.Valid {
 			t := updated.Time.Add(time.Since(now))
 			s.Updated = &t
+		}
+		if acquired.Valid {
+			t := acquired.Time.Add(time.Since(now))
+			s.HeldSince = &t
 		}
 		if err := json.Unmarshal([]byte(sinks), &s.Sinks); err != nil {
 			return nil, fmt.Errorf("sink states of %s: %w", s.Source, err)

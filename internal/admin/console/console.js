@@ -38,14 +38,16 @@ async function sources() {
     const tr = body.insertRow();
     cell(tr, s.source);
     cell(tr, s.owner ? s.owner + (s.held ? "" : " (expired)") + " #" + s.term : "-");
-    cell(tr, s.pending);
+    cell(tr, s.pending + (s.pending_stale ? " (stale, " + age(s.pending_age_seconds) + " old)" : ""));
     cell(tr, age(s.oldest_pending_seconds));
     cell(tr, s.events_per_second.toFixed(1));
     cell(tr, s.retrying);
     cell(tr, s.dead_letters);
     cell(tr, s.last_claim ? age((Date.now() - Date.parse(s.last_claim)) / 1000) + " ago" : "never");
     cell(tr, Object.entries(s.sinks || {}).map(([k, v]) => k + "=" + v).join(", "));
-    cell(tr, s.stuck ? "stuck: " + s.stuck : "ok", s.stuck ? "stuck" : "");
+    const why = s.cause ? " (" + s.cause + ")" : "";
+    cell(tr, s.stuck ? "stuck" + why + ": " + s.stuck
+      : s.state && s.state !== "relaying" ? s.state + why + (s.reason ? ": " + s.reason : "") : "ok", s.stuck ? "stuck" : "");
     const h = (history || {})[s.source] || [];
     tr.insertCell().append(chart(h.map((p) => p.oldest_seconds)));
     tr.insertCell().append(chart(h.map((p) => p.events_per_second)));
