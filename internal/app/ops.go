@@ -1,12 +1,14 @@
 package app
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/nats"
 	"github.com/outbox-relay/outbox-relay/internal/source"
@@ -122,6 +124,27 @@ func Topics(srcs []*Source) map[string][]string {
 	}
 	for _, ts := range out {
 		slices.Sort(ts)
+	}
+	return out
+}
+
+// ProgressTopics are, by sink and then topic, the sources with delivery
+// exactly_once that record their progress there (sorted).
+func ProgressTopics(cfg *config.Config, srcs []*Source) map[string]map[string][]string {
+	out := map[string]map[string][]string{}
+	for _, s := range srcs {
+		if s.Config.Delivery != config.DeliveryExactlyOnce {
+			continue
+		}
+		sinkName := s.Config.Sink
+		topic := cmp.Or(cfg.Sinks[sinkName].ProgressTopic, config.DefaultProgressTopic)
+		if out[sinkName] == nil {
+			out[sinkName] = map[string][]string{}
+		}
+		if !slices.Contains(out[sinkName][topic], s.Name) {
+			out[sinkName][topic] = append(out[sinkName][topic], s.Name)
+			slices.Sort(out[sinkName][topic])
+		}
 	}
 	return out
 }

@@ -29,6 +29,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/fakekafka"
 )
 
 const topic = "bench"
@@ -289,9 +290,10 @@ func newKafkaEnv(o Options) (k kafkaEnv, stop func(), err error) {
 	case o.Sink != "kafka":
 	case len(k.brokers) > 0:
 	case o.InProcessBroker:
-		c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(int32(o.Partitions), topic))
+		// The benchmark's sink leaves auto_create_topics off.
+		c, err := fakekafka.New(false, kfake.SeedTopics(int32(o.Partitions), topic))
 		if err != nil {
-			return k, stop, fmt.Errorf("start in-process Kafka: %w", err)
+			return k, stop, err
 		}
 		k.brokers = c.ListenAddrs()
 		k.note = "in-memory Kafka broker (kfake) in the same process as the relay: its CPU is counted in the relay's"

@@ -213,6 +213,7 @@ func (c *checker) source(ctx context.Context, s *app.Source) {
 // that a sink cannot find.
 func (c *checker) sinks(ctx context.Context, srcs []*app.Source) {
 	topics := app.Topics(srcs)
+	progress := app.ProgressTopics(c.cfg, srcs)
 	for _, name := range slices.Sorted(maps.Keys(c.cfg.Sinks)) {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := c.a.PingSink(pctx, name)
@@ -222,6 +223,7 @@ func (c *checker) sinks(ctx context.Context, srcs []*app.Source) {
 			continue
 		}
 		c.say("sinks.%s: reachable", name)
+		c.progress(ctx, name, progress[name])
 		if len(topics[name]) == 0 {
 			continue
 		}
@@ -239,6 +241,33 @@ func (c *checker) sinks(ctx context.Context, srcs []*app.Source) {
 			c.problem("sinks.%s: MISSING topics %s (their events would back off until the topics exist)", name, strings.Join(missing, ", "))
 		default:
 			c.say("sinks.%s: topics %s: ok", name, strings.Join(topics[name], ", "))
+		}
+	}
+}
+
+// progress checks that the exactly-once progress topics of sink name exist
+// (bySources: the sources using each): without its topic a source's
+// takeover fails, and it relays nothing.
+func (c *checker) progress(ctx context.Context, name string, bySources map[string][]string) {
+	for _, topic := range slices.Sorted(maps.Keys(bySources)) {
+		srcs := strings.Join(bySources[topic], ", ")
+		tctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		missing, ok, err := c.a.MissingTopics(tctx, name, []string{topic})
+		cancel()
+		switch {
+		case err != nil:
+			c.problem("source %s: sinks.%s: exactly-once progress topic %s: %v", srcs, name, topic, err)
+		case !ok:
+		case len(missing) > 0 && c.cfg.Sinks[name].AutoCreateTopics:
+			c.say("source %s: sinks.%s: exactly-once progress topic %s does not exist yet; the first transaction creates it (auto_create_topics)",
+				srcs, name, topic)
+		case len(missing) > 0:
+			c.problem("source %s: sinks.%s: exactly-once progress topic %s: MISSING: the source's takeover fails and it relays nothing until it exists; "+
+				"create it, compacted (one partition is enough), e.g. kafka-topics.sh --bootstrap-server %s --create --topic %s --partitions 1 --config cleanup.policy=compact, "+
+				"or set sinks.%s.auto_create_topics: true (or sinks.%s.progress_topic to a topic that exists)",
+				srcs, name, topic, strings.Join(c.cfg.Sinks[name].Brokers, ","), topic, name, name)
+		default:
+			c.say("source %s: sinks.%s: exactly-once progress topic %s: ok", srcs, name, topic)
 		}
 	}
 }

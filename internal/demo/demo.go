@@ -23,6 +23,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/fakekafka"
 	// Registers the database drivers (postgres, mysql) that configurations name.
 	_ "github.com/outbox-relay/outbox-relay/internal/source/all"
 )
@@ -87,9 +88,12 @@ CREATE INDEX ON %[1]s.outbox (created_at) WHERE published = false;`, schema))
 	fmt.Fprintf(out, "PostgreSQL: table %s.outbox created\n", schema)
 
 	topics := []string{"demo.orders"}
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(6, topics...))
+	// The broker creates topics on request as the sink's
+	// auto_create_topics says (off: the demo's topic is created here).
+	autoCreate := false
+	cluster, err := fakekafka.New(autoCreate, kfake.SeedTopics(6, topics...))
 	if err != nil {
-		return nil, fmt.Errorf("start in-process Kafka: %w", err)
+		return nil, err
 	}
 	defer cluster.Close()
 	brokers := cluster.ListenAddrs()
@@ -99,7 +103,7 @@ CREATE INDEX ON %[1]s.outbox (created_at) WHERE published = false;`, schema))
 		RelaySchema: relaySchema,
 		Admin:       config.Admin{Listen: "off"},
 		Databases:   map[string]config.Database{"local": {DSN: o.DSN}},
-		Sinks:       map[string]config.Sink{"kafka": {Type: "kafka", Brokers: brokers}},
+		Sinks:       map[string]config.Sink{"kafka": {Type: "kafka", Brokers: brokers, AutoCreateTopics: autoCreate}},
 		Sources: []config.Source{{
 			Name: "demo", Table: schema + ".outbox", Preset: "published-flag",
 			Topic: "demo.orders", BatchSize: 1000,

@@ -16,13 +16,23 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/fakekafka"
 	// Registers the database drivers (postgres, mysql) that configurations name.
 	_ "github.com/outbox-relay/outbox-relay/internal/source/all"
 )
 
+// kafkaCluster starts the in-process broker for sinks whose
+// auto_create_topics is off (the default): it creates no topic on request.
 func kafkaCluster(t *testing.T, opts ...kfake.Opt) *kfake.Cluster {
 	t.Helper()
-	c, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(1)}, opts...)...)
+	return kafkaClusterFor(t, false, opts...)
+}
+
+// kafkaClusterFor starts the in-process broker for sinks whose
+// auto_create_topics is autoCreate.
+func kafkaClusterFor(t *testing.T, autoCreate bool, opts ...kfake.Opt) *kfake.Cluster {
+	t.Helper()
+	c, err := fakekafka.New(autoCreate, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
