@@ -84,11 +84,17 @@ func runRelay(t *testing.T, cfg *config.Config, opts ...app.Option) (stop func()
 // runApp is runRelay that also returns the App.
 func runApp(t *testing.T, cfg *config.Config, opts ...app.Option) (a *app.App, stop func()) {
 	t.Helper()
+	return runAppLogged(t, cfg, testLogger(t), opts...)
+}
+
+// runAppLogged is runApp logging to log.
+func runAppLogged(t *testing.T, cfg *config.Config, log *slog.Logger, opts ...app.Option) (a *app.App, stop func()) {
+	t.Helper()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a, err := app.Open(ctx, cfg, testLogger(t), append([]app.Option{app.WithKafkaOptions(kgo.MetadataMinAge(20 * time.Millisecond))}, opts...)...)
+	a, err := app.Open(ctx, cfg, log, append([]app.Option{app.WithKafkaOptions(kgo.MetadataMinAge(20 * time.Millisecond))}, opts...)...)
 	if err != nil {
 		cancel()
 		t.Fatal(err)

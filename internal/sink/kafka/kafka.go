@@ -55,9 +55,9 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/plugin/kprom"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -147,23 +147,39 @@ func (p *Publisher) MaxMessageBytes() int { return p.maxBytes }
 // Ping reports whether a broker answers a metadata request.
 func (p *Publisher) Ping(ctx context.Context) error { return p.client.Ping(ctx) }
 
-// MissingTopics returns those of topics the cluster does not have.
+// MissingTopics returns those of topics the cluster does not have. The
+// lookup never asks for auto-creation, whatever auto_create_topics says: a
+// broker that creates topics on request would create them by the look
+// alone (the client's own metadata requests ask when auto_create_topics).
 func (p *Publisher) MissingTopics(ctx context.Context, topics []string) ([]string, error) {
 	if len(topics) == 0 {
 		return nil, nil
 	}
-	details, err := kadm.NewClient(p.client).ListTopics(ctx, topics...)
+	req := kmsg.NewPtrMetadataRequest()
+	req.AllowAutoTopicCreation = false
+	for _, t := range topics {
+		rt := kmsg.NewMetadataRequestTopic()
+		rt.Topic = kmsg.StringPtr(t)
+		req.Topics = append(req.Topics, rt)
+	}
+	resp, err := req.RequestWith(ctx, p.client)
 	if err != nil {
 		return nil, fmt.Errorf("list topics: %w", err)
 	}
+	errs := map[string]error{}
+	for _, t := range resp.Topics {
+		if t.Topic != nil {
+			errs[*t.Topic] = kerr.ErrorForCode(t.ErrorCode)
+		}
+	}
 	var missing []string
 	for _, t := range topics {
-		d, ok := details[t]
+		err, ok := errs[t]
 		switch {
-		case !ok, errors.Is(d.Err, kerr.UnknownTopicOrPartition):
+		case !ok, errors.Is(err, kerr.UnknownTopicOrPartition):
 			missing = append(missing, t)
-		case d.Err != nil:
-			return nil, fmt.Errorf("topic %s: %w", t, d.Err)
+		case err != nil:
+			return nil, fmt.Errorf("topic %s: %w", t, err)
 		}
 	}
 	return missing, nil
