@@ -44,3 +44,35 @@ func TestCheckStuck(t *testing.T) {
 		}
 	}
 }
+
+// TestConditionTakeoverAndFirstClaim: a worker whose exactly-once
+// takeover fails is starting, with the cause, within its grace
+// (max_claim_failure) and stuck after it; one that has not claimed at all
+// is starting within the grace and stuck after it.
+func TestConditionTakeoverAndFirstClaim(t *testing.T) {
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	w := &Worker{o: Options{MaxClaimFailure: 30 * time.Second}, started: start}
+	if c := w.Condition(start.Add(10 * time.Second)); !c.Starting || c.Err != nil {
+		t.Errorf("no claim yet, within the grace: %+v", c)
+	}
+	if err := w.Check(start.Add(31 * time.Second)); err == nil || !strings.Contains(err.Error(), "no successful claim in the 31s since it started") {
+		t.Errorf("no claim past the grace: %v", err)
+	}
+	boom := errors.New("UNKNOWN_TOPIC_OR_PARTITION")
+	w.takeover.Store(&boom)
+	c := w.Condition(start.Add(10 * time.Second))
+	if !c.Starting || c.Cause != CauseTakeover || !errors.Is(c.Err, boom) {
+		t.Errorf("takeover failing within the grace: %+v", c)
+	}
+	if err := w.Check(start.Add(10 * time.Second)); err != nil {
+		t.Errorf("takeover failing within the grace is not ready: %v", err)
+	}
+	if err := w.Check(start.Add(31 * time.Second)); err == nil || !strings.Contains(err.Error(), "exactly-once takeover failing for 31s") {
+		t.Errorf("takeover failing past the grace: %v", err)
+	}
+	w.takeover.Store(nil)
+	w.lastPoll.Store(start.Add(40 * time.Second).UnixNano())
+	if c := w.Condition(start.Add(41 * time.Second)); c.Starting || c.Err != nil {
+		t.Errorf("claimed: %+v", c)
+	}
+}
