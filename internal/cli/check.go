@@ -259,7 +259,7 @@ func (c *checker) progress(ctx context.Context, name string, bySources map[strin
 			c.problem("source %s: sinks.%s: exactly-once progress topic %s: %v", srcs, name, topic, err)
 		case !ok:
 		case len(missing) > 0 && c.cfg.Sinks[name].AutoCreateTopics:
-			c.say("source %s: sinks.%s: exactly-once progress topic %s does not exist yet; the first transaction creates it (auto_create_topics)",
+			c.say("source %s: sinks.%s: exactly-once progress topic %s does not exist yet; run has it created when the source starts (auto_create_topics)",
 				srcs, name, topic)
 		case len(missing) > 0:
 			c.problem("source %s: sinks.%s: exactly-once progress topic %s: MISSING: the source's takeover fails and it relays nothing until it exists; "+

@@ -211,7 +211,7 @@ func TestExactlyOnceProgressTopicAutoCreated(t *testing.T) {
 	path, cfg := exactlyOnceYAML(t, dsn, c.ListenAddrs(), true)
 	fillOrders(t, pool, 5)
 	out, err := runCLI(t, "--config", path, "check")
-	want := "exactly-once progress topic outbox_relay_progress does not exist yet; the first transaction creates it (auto_create_topics)"
+	want := "exactly-once progress topic outbox_relay_progress does not exist yet; run has it created when the source starts (auto_create_topics)"
 	if !strings.Contains(out, want) {
 		t.Errorf("check output lacks %q (err %v):\n%s", want, err, out)
 	}

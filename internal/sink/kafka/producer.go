@@ -100,12 +100,9 @@ func readProgress(ctx context.Context, cfg config.Sink, admin *kadm.Client, topi
 		return nil, fmt.Errorf("exactly-once: progress topic %q: %w", topic, err)
 	}
 	if err := ends.Error(); err != nil {
+		// With auto_create_topics the look-up itself has the topic
+		// created (the client's metadata requests ask for it).
 		if errors.Is(err, kerr.UnknownTopicOrPartition) {
-			if cfg.AutoCreateTopics {
-				// No transaction has committed progress yet: the
-				// first one creates the topic (auto_create_topics).
-				return map[string][]string{}, nil
-			}
 			return nil, fmt.Errorf("exactly-once: progress topic %q does not exist: create it (compacted, one partition is enough; "+
 				"see progress_topic), or set auto_create_topics on the sink: %w", topic, err)
 		}
