@@ -76,9 +76,19 @@ func (w *Patient) Publish(ctx context.Context, msgs []*Message) []error {
 		}
 		return errs
 	}
+	// A message whose receipt the sink fills is sent as a copy with a
+	// receipt of its own, copied back only when the call answers in time:
+	// a call given up on goes on writing to it after the caller has moved
+	// on.
 	part := make([]*Message, len(send))
 	for j, i := range send {
-		part[j] = msgs[i]
+		m := msgs[i]
+		if m.Receipt != nil {
+			c := *m
+			c.Receipt = &Receipt{}
+			m = &c
+		}
+		part[j] = m
 	}
 	done := make(chan []error)
 	gaveUp := make(chan struct{})
@@ -98,6 +108,9 @@ func (w *Patient) Publish(ctx context.Context, msgs []*Message) []error {
 	case res := <-done:
 		for j, i := range send {
 			errs[i] = res[j]
+			if part[j] != msgs[i] {
+				*msgs[i].Receipt = *part[j].Receipt
+			}
 		}
 		return errs
 	case <-timer.C:

@@ -14,12 +14,13 @@ import (
 type gate struct {
 	calls  chan []string // the ids of each call, as it starts
 	answer chan []error  // one answer per call, in the order they wait
+	ended  chan struct{} // a call answered has filled its receipts
 	mu     sync.Mutex
 	sent   [][]string
 }
 
 func newGate() *gate {
-	return &gate{calls: make(chan []string, 16), answer: make(chan []error)}
+	return &gate{calls: make(chan []string, 16), answer: make(chan []error), ended: make(chan struct{}, 16)}
 }
 
 func (g *gate) Publish(ctx context.Context, msgs []*Message) []error {
@@ -33,6 +34,12 @@ func (g *gate) Publish(ctx context.Context, msgs []*Message) []error {
 	g.calls <- ids
 	select {
 	case res := <-g.answer:
+		for _, m := range msgs {
+			if m.Receipt != nil {
+				m.Receipt.Code = "answered " + m.ID
+			}
+		}
+		g.ended <- struct{}{}
 		return res
 	case <-ctx.Done():
 		return fill(len(msgs), ctx.Err())
@@ -99,6 +106,40 @@ func TestPatientPassesAnswers(t *testing.T) {
 	res := <-done
 	if res[0] != nil || !errors.Is(res[1], refused) {
 		t.Fatalf("results %v, want the sink's own", res)
+	}
+}
+
+// TestPatientReceipts: a call answered in time fills its messages'
+// receipts; a call given up on fills only its own copies, never the
+// caller's messages, which the caller reads as soon as it is answered
+// unavailable (the race detector sees a shared write).
+func TestPatientReceipts(t *testing.T) {
+	g := newGate()
+	p := NewPatient(g, "s", 20*time.Millisecond, 2)
+	ctx := context.Background()
+	m := msgs("1", "a")
+	m[0].Receipt = &Receipt{}
+	done := make(chan []error)
+	go func() { done <- p.Publish(ctx, m) }()
+	<-g.calls
+	g.answer <- []error{nil}
+	<-done
+	if m[0].Receipt.Code != "answered 1" {
+		t.Fatalf("receipt of a call answered in time = %+v, want the sink's", *m[0].Receipt)
+	}
+
+	late := msgs("2", "b")
+	late[0].Receipt = &Receipt{}
+	if got := causes(t, p.Publish(ctx, late)); !slices.Equal(got, []string{"no answer"}) {
+		t.Fatalf("stalled call: %v", got)
+	}
+	<-g.calls
+	got := *late[0].Receipt // the caller reads it now, as the engine does
+	g.answer <- []error{nil}
+	<-g.ended
+	<-g.ended
+	if got != (Receipt{}) || *late[0].Receipt != (Receipt{}) {
+		t.Fatalf("receipt of a call given up on = %+v, then %+v; want it left alone", got, *late[0].Receipt)
 	}
 }
 
