@@ -51,14 +51,14 @@ type Patient struct {
 
 	mu       sync.Mutex
 	carrying map[string]int       // message ids in calls given up on still running (how many such calls)
-	late     map[string]time.Time // message ids such calls delivered, and until when they are remembered
+	late     map[string]delivered // message ids such calls delivered
 }
 
 // NewPatient wraps p, named name in errors: callers wait at most wait for a
 // call's answer, and at most budget calls run at once.
 func NewPatient(p Publisher, name string, wait time.Duration, budget int) *Patient {
 	return &Patient{p: p, name: name, wait: wait, calls: make(chan struct{}, max(budget, 1)), now: time.Now,
-		carrying: map[string]int{}, late: map[string]time.Time{}}
+		carrying: map[string]int{}, late: map[string]delivered{}}
 }
 
 // Publish implements Publisher.
@@ -163,9 +163,12 @@ func (w *Patient) sift(msgs []*Message, errs []error) []int {
 			}
 			continue
 		default:
-			if until, ok := w.late[m.ID]; ok {
+			if d, ok := w.late[m.ID]; ok {
 				delete(w.late, m.ID)
-				if now.Before(until) {
+				if now.Before(d.until) {
+					if m.Receipt != nil && d.receipt != nil {
+						*m.Receipt = *d.receipt
+					}
 					continue // delivered: errs[i] stays nil
 				}
 			}
@@ -193,8 +196,8 @@ func (w *Patient) ended(part []*Message, res []error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	now := w.now()
-	for id, until := range w.late {
-		if !now.Before(until) {
+	for id, d := range w.late {
+		if !now.Before(d.until) {
 			delete(w.late, id)
 		}
 	}
@@ -203,9 +206,17 @@ func (w *Patient) ended(part []*Message, res []error) {
 			delete(w.carrying, m.ID)
 		}
 		if res[j] == nil {
-			w.late[m.ID] = now.Add(lateTTL)
+			w.late[m.ID] = delivered{until: now.Add(lateTTL), receipt: m.Receipt}
 		}
 	}
+}
+
+// delivered is what a Patient remembers of a message a call given up on
+// delivered: until when, and what the destination answered (nil when the
+// sink fills no receipt).
+type delivered struct {
+	until   time.Time
+	receipt *Receipt
 }
 
 // MaxMessageBytes implements Publisher.

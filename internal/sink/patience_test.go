@@ -141,6 +141,22 @@ func TestPatientReceipts(t *testing.T) {
 	if got != (Receipt{}) || *late[0].Receipt != (Receipt{}) {
 		t.Fatalf("receipt of a call given up on = %+v, then %+v; want it left alone", got, *late[0].Receipt)
 	}
+	// The message comes again (its row claimed again): answered delivered
+	// from memory, with what the destination answered the call given up
+	// on (the ended call's budget token may still be in use for a moment:
+	// try until it is answered).
+	for {
+		again := msgs("2", "b")
+		again[0].Receipt = &Receipt{}
+		res := p.Publish(ctx, again)
+		if errors.Is(res[0], ErrBudgetSpent) || errors.Is(res[0], ErrStillSending) {
+			continue
+		}
+		if res[0] != nil || again[0].Receipt.Code != "answered 2" {
+			t.Fatalf("the message again: %v, receipt %+v; want delivered with the late call's receipt", res[0], *again[0].Receipt)
+		}
+		break
+	}
 }
 
 // TestPatientGivesUp: a call that does not answer within the wait is given
