@@ -39,11 +39,17 @@ type Options struct {
 	DSN string
 	// Driver is the database the run measures: postgres (DSN, the
 	// default) or mysql (MySQLDSN: MySQL or MariaDB; drain and keys).
-	Driver       string
-	MySQLDSN     string
-	Workload     string // drain, steady, sparse
-	Rows         int
-	Keys         int
+	Driver   string
+	MySQLDSN string
+	Workload string // drain, steady, sparse
+	Rows     int
+	Keys     int
+	// History is how many rows already delivered a drain's table holds
+	// before its backlog (older, before it in the claim's order), as a
+	// table that keeps its delivered rows has after months of use; each
+	// prefill loads them again. Tables whose rows are deleted on delivery
+	// have none (Result.HistoryNote says so).
+	History      int
 	PayloadBytes int
 	BatchSize    int
 	Pipeline     int
@@ -124,16 +130,26 @@ type Result struct {
 	Layout   string `json:"layout,omitempty"`
 	// Preset is the preset whose table was drained (--preset), in place
 	// of Layout.
-	Preset    string  `json:"preset,omitempty"`
-	Ordering  bool    `json:"ordering"`
-	Delivery  string  `json:"delivery,omitempty"`
-	Rows      int     `json:"rows"`
-	Keys      int     `json:"keys"`
-	BatchSize int     `json:"batch_size"`
-	Pipeline  int     `json:"pipeline"`
-	Ceiling   Measure `json:"ceiling"`
-	Relay     Measure `json:"relay"`
-	Ratio     float64 `json:"ratio"`
+	Preset   string `json:"preset,omitempty"`
+	Ordering bool   `json:"ordering"`
+	Delivery string `json:"delivery,omitempty"`
+	Rows     int    `json:"rows"`
+	// History is how many delivered rows the table held before its
+	// backlog (--history); HistoryNote says why none where asked for and
+	// the table cannot keep them.
+	History     int    `json:"history_rows"`
+	HistoryNote string `json:"history_note,omitempty"`
+	// TableRowsAfter and DeliveredAfter are the rows in the table after
+	// the relay phase, and of them those in the delivered state (with a
+	// history: the history's rows and the relayed backlog's).
+	TableRowsAfter *int    `json:"table_rows_after,omitempty"`
+	DeliveredAfter *int    `json:"delivered_rows_after,omitempty"`
+	Keys           int     `json:"keys"`
+	BatchSize      int     `json:"batch_size"`
+	Pipeline       int     `json:"pipeline"`
+	Ceiling        Measure `json:"ceiling"`
+	Relay          Measure `json:"relay"`
+	Ratio          float64 `json:"ratio"`
 	// NoAnalyze is the relay on a backlog never analyzed (--no-analyze);
 	// Relay is then the same drain on a fresh table analyzed after its
 	// prefill, and NoAnalyzeRatio the first rate over the second.
@@ -180,8 +196,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if slices.Contains(o.Layouts, "queue") && len(o.Presets) == 0 && (o.Workload != "drain" || o.Driver == "mysql") {
 		return nil, fmt.Errorf("layout queue runs the drain workload on PostgreSQL only")
 	}
-	if (len(o.Presets) > 0 || o.NoAnalyze) && o.Workload != "drain" {
-		return nil, fmt.Errorf("--preset and --no-analyze apply to the drain workload")
+	if (len(o.Presets) > 0 || o.NoAnalyze || o.History != 0) && o.Workload != "drain" {
+		return nil, fmt.Errorf("--preset, --no-analyze and --history apply to the drain workload")
+	}
+	if o.History < 0 {
+		return nil, fmt.Errorf("--history %d: must be 0 or more", o.History)
 	}
 	if o.Workload == "drain" {
 		if _, err := drainSpecs(o); err != nil {

@@ -153,7 +153,7 @@ func TestMySQLRunDropsItsDatabase(t *testing.T) {
 	if err := tb.create(ctx, r.db); err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.fill(ctx, r.db, "bench", 100, 10, 100, true); err != nil {
+	if err := tb.fill(ctx, r.db, "bench", 0, 100, 10, 100, true); err != nil {
 		t.Fatal(err)
 	}
 	var n int

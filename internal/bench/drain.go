@@ -19,7 +19,7 @@ import (
 // drain measures one table on PostgreSQL: the ceiling and the relay on a
 // prefilled backlog (drainPasses).
 func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, sp *spec, ordering bool) (Result, error) {
-	res := newDrainResult(o, "postgres", sp, ordering)
+	res, o := newDrainResult(o, "postgres", sp, sp.pg, ordering)
 	return drainPasses(o, res, k, func(o Options, analyze, withCeiling bool) (pass, error) {
 		return pgPass(ctx, pool, dsn, o, k, sp, ordering, analyze, withCeiling)
 	})
@@ -54,8 +54,8 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 		}
 	}
 	fill := func() error {
-		progress(o, "%s ordering=%v: prefilling %d rows (analyze: %v)", t.layout, ordering, o.Rows, analyze)
-		return t.fill(ctx, pool, tg.topic, o.Rows, o.Keys, o.PayloadBytes, analyze)
+		progress(o, "%s ordering=%v: prefilling %d rows after %d delivered (analyze: %v)", t.layout, ordering, o.Rows, o.History, analyze)
+		return t.fill(ctx, pool, tg.topic, o.History, o.Rows, o.Keys, o.PayloadBytes, analyze)
 	}
 	if err := fill(); err != nil {
 		return p, err
@@ -97,6 +97,13 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 			return p, fmt.Errorf("count what the %s server holds: %w", tg.kind, err)
 		}
 		p.stored = &n
+	}
+	if o.History > 0 {
+		rows, done, err := t.counts(ctx, pool)
+		if err != nil {
+			return p, err
+		}
+		p.rowsAfter, p.doneAfter = &rows, &done
 	}
 	return p, nil
 }

@@ -28,7 +28,7 @@ func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k k
 	}
 	defer cleanup()
 	progress(o, "keys=%d: prefilling %d rows", keys, o.Rows)
-	if err := t.fill(ctx, pool, tg.topic, o.Rows, keys, o.PayloadBytes, true); err != nil {
+	if err := t.fill(ctx, pool, tg.topic, 0, o.Rows, keys, o.PayloadBytes, true); err != nil {
 		return res, err
 	}
 	oc, err := newOrderChecker(ctx, k.brokers)

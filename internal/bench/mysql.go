@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -135,18 +136,46 @@ func (t myTable) source(database, topic string, batch, pipeline int, ordering bo
 	return s
 }
 
-// fill loads n rows for topic with one LOAD DATA LOCAL INFILE from a
-// reader (one statement, one transaction): keys spread over keys, payloads
-// of about payloadBytes bytes of JSON. With analyze, ANALYZE TABLE follows.
-func (t myTable) fill(ctx context.Context, db *sql.DB, topic string, n, keys, payloadBytes int, analyze bool) error {
-	g := newRowGen(n, keys, payloadBytes, topic)
+// fill loads history delivered rows (deliveredState) and then n pending
+// ones for topic, each with one LOAD DATA LOCAL INFILE from a reader (one
+// statement, one transaction): keys spread over keys, payloads of about
+// payloadBytes bytes of JSON. The history comes first, so that it is older
+// and, in the claim's order, before the backlog. With analyze, ANALYZE
+// TABLE follows.
+func (t myTable) fill(ctx context.Context, db *sql.DB, topic string, history, n, keys, payloadBytes int, analyze bool) error {
+	g := newRowGen(history+n, keys, payloadBytes, topic)
+	if history > 0 {
+		d, err := t.delivered(ctx, db)
+		if err != nil {
+			return err
+		}
+		row := func(i int) []any { return append(t.sh.row(g, i), d.values(i, g.deliveredAt(i))...) }
+		if err := t.load(ctx, db, append(slices.Clip(t.sh.cols), d.cols...), 0, history, row); err != nil {
+			return fmt.Errorf("prefill the history: %w", err)
+		}
+	}
+	if err := t.load(ctx, db, t.sh.cols, history, history+n, func(i int) []any { return t.sh.row(g, i) }); err != nil {
+		return fmt.Errorf("prefill: %w", err)
+	}
+	if !analyze {
+		return nil
+	}
+	if _, err := db.ExecContext(ctx, "ANALYZE TABLE `"+t.name+"`"); err != nil {
+		return fmt.Errorf("analyze: %w", err)
+	}
+	return nil
+}
+
+// load loads rows from to to (row gives each) into cols with one LOAD
+// DATA LOCAL INFILE from a reader.
+func (t myTable) load(ctx context.Context, db *sql.DB, cols []string, from, to int, row func(i int) []any) error {
 	handler := "outbox_bench_" + t.name
 	gomysql.RegisterReaderHandler(handler, func() io.Reader {
 		pr, pw := io.Pipe()
 		go func() {
 			w := bufio.NewWriterSize(pw, 1<<16)
-			for i := range n {
-				for j, v := range t.sh.row(g, i) {
+			for i := from; i < to; i++ {
+				for j, v := range row(i) {
 					if j > 0 {
 						_ = w.WriteByte('\t')
 					}
@@ -159,17 +188,46 @@ func (t myTable) fill(ctx context.Context, db *sql.DB, topic string, n, keys, pa
 		return pr
 	})
 	defer gomysql.DeregisterReaderHandler(handler)
-	cols := "(`" + strings.Join(t.sh.cols, "`, `") + "`)"
-	if _, err := db.ExecContext(ctx, "LOAD DATA LOCAL INFILE 'Reader::"+handler+"' INTO TABLE `"+t.name+"` "+cols); err != nil {
-		return fmt.Errorf("prefill: %w", err)
+	_, err := db.ExecContext(ctx, "LOAD DATA LOCAL INFILE 'Reader::"+handler+"' INTO TABLE `"+t.name+"` (`"+strings.Join(cols, "`, `")+"`)")
+	return err
+}
+
+// delivered is the table's delivered state (deliveredState).
+func (t myTable) delivered(ctx context.Context, db *sql.DB) (delivered, error) {
+	rows, err := db.QueryContext(ctx, "SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?", t.name)
+	if err != nil {
+		return delivered{}, fmt.Errorf("read the columns of %s: %w", t.name, err)
 	}
-	if !analyze {
-		return nil
+	defer rows.Close()
+	var cols []string
+	for rows.Next() {
+		var c string
+		if err := rows.Scan(&c); err != nil {
+			return delivered{}, fmt.Errorf("read the columns of %s: %w", t.name, err)
+		}
+		cols = append(cols, c)
 	}
-	if _, err := db.ExecContext(ctx, "ANALYZE TABLE `"+t.name+"`"); err != nil {
-		return fmt.Errorf("analyze: %w", err)
+	if err := rows.Err(); err != nil {
+		return delivered{}, fmt.Errorf("read the columns of %s: %w", t.name, err)
 	}
-	return nil
+	d, err := deliveredState(t.sh.spec(), func(c string) bool { return slices.Contains(cols, c) })
+	if err != nil {
+		return d, fmt.Errorf("%s: %w", t.layout, err)
+	}
+	return d, nil
+}
+
+// counts are the table's rows and, of them, those delivered (their
+// published-at column set), after a relay phase.
+func (t myTable) counts(ctx context.Context, db *sql.DB) (rows, done int, err error) {
+	d, err := t.delivered(ctx, db)
+	if err != nil {
+		return 0, 0, err
+	}
+	if err := db.QueryRowContext(ctx, "SELECT COUNT(*), COUNT(`"+d.publishedAt+"`) FROM `"+t.name+"`").Scan(&rows, &done); err != nil {
+		return 0, 0, fmt.Errorf("count the rows of %s: %w", t.name, err)
+	}
+	return rows, done, nil
 }
 
 // loadText is v as LOAD DATA reads it (the values have no tabs, newlines
@@ -180,6 +238,11 @@ func loadText(v any) string {
 		return v
 	case int64:
 		return strconv.FormatInt(v, 10)
+	case bool:
+		if v {
+			return "1"
+		}
+		return "0"
 	case time.Time:
 		return v.UTC().Format("2006-01-02 15:04:05.000000")
 	case nil:

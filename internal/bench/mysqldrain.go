@@ -61,7 +61,7 @@ func runMySQL(ctx context.Context, o Options) (*Report, error) {
 // drainMySQL measures one table on MySQL or MariaDB, as drain does on
 // PostgreSQL.
 func drainMySQL(ctx context.Context, r *myRun, o Options, k kafkaEnv, sp *spec, ordering bool) (Result, error) {
-	res := newDrainResult(o, "mysql", sp, ordering)
+	res, o := newDrainResult(o, "mysql", sp, sp.my, ordering)
 	return drainPasses(o, res, k, func(o Options, analyze, withCeiling bool) (pass, error) {
 		return myPass(ctx, r, o, k, sp, ordering, analyze, withCeiling)
 	})
@@ -98,8 +98,8 @@ func myPass(ctx context.Context, r *myRun, o Options, k kafkaEnv, sp *spec, orde
 		}
 	}
 	fill := func() error {
-		progress(o, "%s ordering=%v: prefilling %d rows (analyze: %v)", t.layout, ordering, o.Rows, analyze)
-		return t.fill(ctx, r.db, tg.topic, o.Rows, o.Keys, o.PayloadBytes, analyze)
+		progress(o, "%s ordering=%v: prefilling %d rows after %d delivered (analyze: %v)", t.layout, ordering, o.Rows, o.History, analyze)
+		return t.fill(ctx, r.db, tg.topic, o.History, o.Rows, o.Keys, o.PayloadBytes, analyze)
 	}
 	if err := fill(); err != nil {
 		return p, err
@@ -143,6 +143,13 @@ func myPass(ctx context.Context, r *myRun, o Options, k kafkaEnv, sp *spec, orde
 		}
 		p.stored = &n
 	}
+	if o.History > 0 {
+		rows, done, err := t.counts(ctx, r.db)
+		if err != nil {
+			return p, err
+		}
+		p.rowsAfter, p.doneAfter = &rows, &done
+	}
 	return p, nil
 }
 
@@ -163,7 +170,7 @@ func keysMySQL(ctx context.Context, r *myRun, o Options, k kafkaEnv, keys int) (
 	}
 	defer cleanup()
 	progress(o, "keys=%d: prefilling %d rows", keys, o.Rows)
-	if err := t.fill(ctx, r.db, tg.topic, o.Rows, keys, o.PayloadBytes, true); err != nil {
+	if err := t.fill(ctx, r.db, tg.topic, 0, o.Rows, keys, o.PayloadBytes, true); err != nil {
 		return res, err
 	}
 	oc, err := newOrderChecker(ctx, k.brokers)

@@ -38,19 +38,29 @@ type pass struct {
 	ceiling, relay Measure
 	sink, note     string
 	stored         *int
+	// rowsAfter and doneAfter count the table's rows, and its delivered
+	// ones, after the relay phase (with a history only).
+	rowsAfter, doneAfter *int
 }
 
 // passFunc runs a pass: analyze says whether the prefill is analyzed,
 // withCeiling whether the ceiling loop runs first.
 type passFunc func(o Options, analyze, withCeiling bool) (pass, error)
 
-func newDrainResult(o Options, driver string, sp *spec, ordering bool) Result {
+// newDrainResult starts the result of draining sp's table of shape sh,
+// and returns o with the history that table gets: none, said in the
+// result, where its delivered rows are deleted.
+func newDrainResult(o Options, driver string, sp *spec, sh *shape, ordering bool) (Result, Options) {
 	res := Result{Workload: "drain", Driver: driver, Layout: sp.name, Ordering: ordering,
 		Delivery: firstOr(o.Deliveries, config.DeliveryAtLeastOnce), Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
 	if sp.preset {
 		res.Layout, res.Preset = "", sp.name
 	}
-	return res
+	if o.History > 0 && !sh.keepsDelivered() {
+		res.HistoryNote, o.History = historyNote, 0
+	}
+	res.History = o.History
+	return res, o
 }
 
 // label names a result's table in progress lines.
@@ -81,6 +91,7 @@ func drainPasses(o Options, res Result, k kafkaEnv, run passFunc) (Result, error
 		return res, fmt.Errorf("%s: %w", res.label(), err)
 	}
 	res.Sink, res.SinkNote, res.SinkStored = p.sink, p.note, p.stored
+	res.TableRowsAfter, res.DeliveredAfter = p.rowsAfter, p.doneAfter
 	res.Ceiling, res.Relay = p.ceiling, p.relay
 	if res.Ceiling.EventsPerSec > 0 {
 		res.Ratio = res.Relay.EventsPerSec / res.Ceiling.EventsPerSec

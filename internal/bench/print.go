@@ -63,7 +63,12 @@ func printDrain(w io.Writer, rs []Result) {
 	if noAnalyze {
 		naCols = "not analyzed ev/s\tnot/analyzed\tplanner rows not/analyzed\t"
 	}
-	fmt.Fprintf(tw, "workload\tsink\tdelivery\tlayout\tordering\trows\tkeys\tceiling ev/s\trelay ev/s\tratio\tmachine ev/s\tratio to lower\t%srelay CPU µs/ev\t%s\t%s ceiling\tbroker CPU µs/ev\t%s\txacts/ev\tstmts/ev\t%s\trelay RSS MB\t\n", naCols, dbCol, dbCol, logCol, deadCol)
+	history := slices.ContainsFunc(rs, func(r Result) bool { return r.History > 0 || r.HistoryNote != "" })
+	histCol := ""
+	if history {
+		histCol = "history\t"
+	}
+	fmt.Fprintf(tw, "workload\tsink\tdelivery\tlayout\tordering\trows\t%skeys\tceiling ev/s\trelay ev/s\tratio\tmachine ev/s\tratio to lower\t%srelay CPU µs/ev\t%s\t%s ceiling\tbroker CPU µs/ev\t%s\txacts/ev\tstmts/ev\t%s\trelay RSS MB\t\n", histCol, naCols, dbCol, dbCol, logCol, deadCol)
 	cut := false
 	rate := func(m Measure) string {
 		cut = cut || m.CutShort
@@ -92,8 +97,15 @@ func printDrain(w io.Writer, rs []Result) {
 		if r.Driver == "mysql" {
 			dbCPU, logBytes, dead = r.Relay.MariaDBCPUMs1k, r.Relay.RedoBytesPerEvent, "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%d\t%s\t%s\t%s\t%.0f\t%.2f\t%s%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%s\t%.0f\t\n",
-			r.Workload, r.Sink, cmp.Or(r.Delivery, config.DeliveryAtLeastOnce), r.label(), ord, r.Rows, r.Keys, ceil, rate(r.Relay), ratio,
+		hist := ""
+		if history {
+			hist = strconv.Itoa(r.History) + "\t"
+			if r.HistoryNote != "" {
+				hist = "n/a\t"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s%d\t%s\t%s\t%s\t%.0f\t%.2f\t%s%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%s\t%.0f\t\n",
+			r.Workload, r.Sink, cmp.Or(r.Delivery, config.DeliveryAtLeastOnce), r.label(), ord, r.Rows, hist, r.Keys, ceil, rate(r.Relay), ratio,
 			r.Bound.EventsPerSec, r.Bound.Ratio, na,
 			r.Relay.CPUMsPer1k, dbCPU, r.Bound.DatabaseCPUCeiling, r.Relay.BrokerCPUMs1k, logBytes, r.Relay.XactsPerEvent, r.Relay.StmtsPerEvent,
 			dead, float64(r.PeakRSSBytes)/(1<<20))
@@ -107,6 +119,17 @@ func printDrain(w io.Writer, rs []Result) {
 		fmt.Fprintln(w, "not analyzed: the relay on a backlog in a table never analyzed, its statistics left alone (PostgreSQL: autovacuum off); relay ev/s: a fresh table of the same shape analyzed after its prefill; planner rows: the table's row count in its statistics as the relay started")
 		if my {
 			fmt.Fprintln(w, "MariaDB/MySQL: STATS_PERSISTENT=1, STATS_AUTO_RECALC=0 keep InnoDB's statistics at the empty table's until ANALYZE TABLE; the optimizer still estimates a range's rows by diving into the index (records_in_range), so its plans lean less on them than PostgreSQL's")
+		}
+	}
+	if history {
+		fmt.Fprintln(w, "history: rows already delivered, older than the backlog and before it in the claim's order, in the table through the ceiling loop and the relay phase (--history)")
+		for _, r := range rs {
+			switch {
+			case r.HistoryNote != "":
+				fmt.Fprintf(w, "history, %s: %s\n", r.label(), r.HistoryNote)
+			case r.TableRowsAfter != nil && r.DeliveredAfter != nil && *r.DeliveredAfter != *r.TableRowsAfter:
+				fmt.Fprintf(w, "history, %s ordering %v: %d of the table's %d rows delivered after the relay phase\n", r.label(), r.Ordering, *r.DeliveredAfter, *r.TableRowsAfter)
+			}
 		}
 	}
 	if my {

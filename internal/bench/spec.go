@@ -75,6 +75,10 @@ func (g *rowGen) padded(prefix string) string {
 
 func (g *rowGen) at(i int, step time.Duration) time.Time { return g.t0.Add(time.Duration(i) * step) }
 
+// deliveredAt is when history row i was delivered: a second after its
+// time, still in the past.
+func (g *rowGen) deliveredAt(i int) time.Time { return g.at(i, time.Millisecond).Add(time.Second) }
+
 // randomUUID is a version 4 UUID, as gen_random_uuid() or an
 // application's would be.
 func randomUUID() string {

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -94,19 +95,40 @@ func (t table) reset(ctx context.Context, pool *pgxpool.Pool) error {
 	return err
 }
 
-// fill loads n rows for topic with COPY (keys spread over keys, payloads of about
-// payloadBytes bytes of JSON) and, when analyze, runs VACUUM ANALYZE.
-func (t table) fill(ctx context.Context, pool *pgxpool.Pool, topic string, n, keys, payloadBytes int, analyze bool) error {
-	g := newRowGen(n, keys, payloadBytes, topic)
-	i := 0
+// fill loads history delivered rows (deliveredState) and then n pending
+// ones for topic with COPY (keys spread over keys, payloads of about
+// payloadBytes bytes of JSON) and, when analyze, runs VACUUM ANALYZE. The
+// history comes first, so that it is older and, in the claim's order,
+// before the backlog.
+func (t table) fill(ctx context.Context, pool *pgxpool.Pool, topic string, history, n, keys, payloadBytes int, analyze bool) error {
+	g := newRowGen(history+n, keys, payloadBytes, topic)
+	name := pgx.Identifier{t.schema, strings.Trim(t.sh.table, `"`)}
+	if history > 0 {
+		d, err := t.delivered(ctx, pool)
+		if err != nil {
+			return err
+		}
+		i := 0
+		src := pgx.CopyFromFunc(func() ([]any, error) {
+			if i >= history {
+				return nil, nil
+			}
+			i++
+			return append(t.sh.row(g, i-1), d.values(i-1, g.deliveredAt(i-1))...), nil
+		})
+		if _, err := pool.CopyFrom(ctx, name, append(slices.Clip(t.sh.cols), d.cols...), src); err != nil {
+			return fmt.Errorf("prefill the history: %w", err)
+		}
+	}
+	i := history
 	src := pgx.CopyFromFunc(func() ([]any, error) {
-		if i >= n {
+		if i >= history+n {
 			return nil, nil
 		}
 		i++
 		return t.sh.row(g, i-1), nil
 	})
-	if _, err := pool.CopyFrom(ctx, pgx.Identifier{t.schema, strings.Trim(t.sh.table, `"`)}, t.sh.cols, src); err != nil {
+	if _, err := pool.CopyFrom(ctx, name, t.sh.cols, src); err != nil {
 		return fmt.Errorf("prefill: %w", err)
 	}
 	if !analyze {
@@ -116,6 +138,38 @@ func (t table) fill(ctx context.Context, pool *pgxpool.Pool, topic string, n, ke
 		return fmt.Errorf("vacuum: %w", err)
 	}
 	return nil
+}
+
+// delivered is the table's delivered state (deliveredState).
+func (t table) delivered(ctx context.Context, pool *pgxpool.Pool) (delivered, error) {
+	rows, err := pool.Query(ctx, "SELECT column_name FROM information_schema.columns WHERE table_schema = $1 AND table_name = $2",
+		t.schema, strings.Trim(t.sh.table, `"`))
+	if err != nil {
+		return delivered{}, fmt.Errorf("read the columns of %s: %w", t.name(), err)
+	}
+	cols, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return delivered{}, fmt.Errorf("read the columns of %s: %w", t.name(), err)
+	}
+	d, err := deliveredState(t.sh.spec(), func(c string) bool { return slices.Contains(cols, c) })
+	if err != nil {
+		return d, fmt.Errorf("%s: %w", t.layout, err)
+	}
+	return d, nil
+}
+
+// counts are the table's rows and, of them, those delivered (their
+// published-at column set), after a relay phase.
+func (t table) counts(ctx context.Context, pool *pgxpool.Pool) (rows, done int, err error) {
+	d, err := t.delivered(ctx, pool)
+	if err != nil {
+		return 0, 0, err
+	}
+	q := "SELECT COUNT(*), COUNT(" + pgx.Identifier{d.publishedAt}.Sanitize() + ") FROM " + t.name()
+	if err := pool.QueryRow(ctx, q).Scan(&rows, &done); err != nil {
+		return 0, 0, fmt.Errorf("count the rows of %s: %w", t.name(), err)
+	}
+	return rows, done, nil
 }
 
 // plannerRows is the table's row count as the planner sees it
