@@ -169,6 +169,11 @@ type Result struct {
 	// SinkStored is how many events the sink's server held after the relay
 	// phase, where it can tell.
 	SinkStored *int `json:"sink_stored,omitempty"`
+	// SinkCeiling is what the sink's server takes from its own client in
+	// the same run (sinks other than Kafka), and SinkRatio the relay's rate
+	// over it.
+	SinkCeiling *SinkCeiling `json:"sink_ceiling,omitempty"`
+	SinkRatio   float64      `json:"ratio_to_sink_ceiling,omitempty"`
 }
 
 // Report is what a run measured.

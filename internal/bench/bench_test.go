@@ -50,7 +50,8 @@ func TestWorkloadsRun(t *testing.T) {
 }
 
 // A small drain into each sink other than Kafka: every event reaches the
-// server, and what the run made there is gone afterwards.
+// server, the server's own client publishes as many for the sink's
+// ceiling, and what the run made there is gone afterwards.
 func TestDrainEverySink(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs PostgreSQL, NATS, RabbitMQ, Redis and Mosquitto")
@@ -75,9 +76,26 @@ func TestDrainEverySink(t *testing.T) {
 			if s != "mqtt" && (r.SinkStored == nil || *r.SinkStored != o.Rows) {
 				t.Errorf("the server holds %v events, want %d", r.SinkStored, o.Rows)
 			}
+			// The sink's ceiling: the same count of messages through the
+			// server's own client, every one acknowledged (and stored, where
+			// the server can tell).
+			c := r.SinkCeiling
+			if c == nil {
+				t.Fatal("no sink ceiling")
+			}
+			if c.Events != o.Rows || c.CutShort || c.EventsPerSec <= 0 || r.SinkRatio <= 0 || c.Method == "" {
+				t.Errorf("sink ceiling: %d events at %.0f/s (cut short %v, method %q), ratio %.2f; want %d", c.Events, c.EventsPerSec, c.CutShort, c.Method, r.SinkRatio, o.Rows)
+			}
+			if s != "mqtt" && (c.Stored == nil || *c.Stored != o.Rows) {
+				t.Errorf("after the sink ceiling the server holds %v events, want %d", c.Stored, o.Rows)
+			}
+			if (c.ServerCPUPerEvent == nil) != (s == "webhook") {
+				t.Errorf("server CPU %v: measured for every server but the in-process receiver", c.ServerCPUPerEvent)
+			}
 			var out strings.Builder
 			Print(&out, rep)
-			if !strings.Contains(out.String(), "sink "+s+": "+r.SinkNote) {
+			if !strings.Contains(out.String(), "sink "+s+": "+r.SinkNote) || !strings.Contains(out.String(), "sink ceiling ev/s") ||
+				!strings.Contains(out.String(), "sink ceiling "+s+": "+c.Method) {
 				t.Errorf("the output does not say where the events went:\n%s", out.String())
 			}
 		})

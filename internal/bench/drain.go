@@ -20,7 +20,7 @@ import (
 // prefilled backlog (drainPasses).
 func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, sp *spec, ordering bool) (Result, error) {
 	res, o := newDrainResult(o, "postgres", sp, sp.pg, ordering)
-	return drainPasses(o, res, k, func(o Options, analyze, withCeiling bool) (pass, error) {
+	return drainPasses(ctx, o, res, k, func(o Options, analyze, withCeiling bool) (pass, error) {
 		return pgPass(ctx, pool, dsn, o, k, sp, ordering, analyze, withCeiling)
 	})
 }

@@ -62,7 +62,7 @@ func runMySQL(ctx context.Context, o Options) (*Report, error) {
 // PostgreSQL.
 func drainMySQL(ctx context.Context, r *myRun, o Options, k kafkaEnv, sp *spec, ordering bool) (Result, error) {
 	res, o := newDrainResult(o, "mysql", sp, sp.my, ordering)
-	return drainPasses(o, res, k, func(o Options, analyze, withCeiling bool) (pass, error) {
+	return drainPasses(ctx, o, res, k, func(o Options, analyze, withCeiling bool) (pass, error) {
 		return myPass(ctx, r, o, k, sp, ordering, analyze, withCeiling)
 	})
 }

@@ -73,8 +73,9 @@ func (r Result) label() string {
 
 // drainPasses measures one table: with o.NoAnalyze first the relay on a
 // backlog never analyzed (autovacuum off), then, in a fresh table of the
-// same shape prefilled and analyzed, the ceiling and the relay.
-func drainPasses(o Options, res Result, k kafkaEnv, run passFunc) (Result, error) {
+// same shape prefilled and analyzed, the ceiling and the relay; with a
+// sink other than Kafka, the sink's ceiling last (measureSinkCeiling).
+func drainPasses(ctx context.Context, o Options, res Result, k kafkaEnv, run passFunc) (Result, error) {
 	name := fmt.Sprintf("%s ordering=%v", res.label(), res.Ordering)
 	if o.NoAnalyze {
 		progress(o, "%s: never analyzed", name)
@@ -97,6 +98,18 @@ func drainPasses(o Options, res Result, k kafkaEnv, run passFunc) (Result, error
 		res.Ratio = res.Relay.EventsPerSec / res.Ceiling.EventsPerSec
 	}
 	res.Bound = machineBound(cores(), res.Ceiling, res.Relay)
+	if o.Sink != "" && o.Sink != "kafka" {
+		sc, err := measureSinkCeiling(ctx, o, k)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", res.label(), err)
+		}
+		res.SinkCeiling = sc
+		if sc.EventsPerSec > 0 {
+			res.SinkRatio = res.Relay.EventsPerSec / sc.EventsPerSec
+		}
+		progress(o, "%s: sink ceiling %.0f events/s%s, relay/sink ceiling %.2f", name, sc.EventsPerSec,
+			map[bool]string{true: " (cut short)"}[sc.CutShort], res.SinkRatio)
+	}
 	if res.NoAnalyze != nil && res.Relay.EventsPerSec > 0 {
 		res.NoAnalyzeRatio = res.NoAnalyze.EventsPerSec / res.Relay.EventsPerSec
 	}

@@ -63,12 +63,17 @@ func printDrain(w io.Writer, rs []Result) {
 	if noAnalyze {
 		naCols = "not analyzed ev/s\tnot/analyzed\tplanner rows not/analyzed\t"
 	}
+	sinkCeil := slices.ContainsFunc(rs, func(r Result) bool { return r.SinkCeiling != nil })
+	scCols := ""
+	if sinkCeil {
+		scCols = "sink ceiling ev/s\trelay/sink ceiling\t"
+	}
 	history := slices.ContainsFunc(rs, func(r Result) bool { return r.History > 0 || r.HistoryNote != "" })
 	histCol := ""
 	if history {
 		histCol = "history\t"
 	}
-	fmt.Fprintf(tw, "workload\tsink\tdelivery\tlayout\tordering\trows\t%skeys\tceiling ev/s\trelay ev/s\tratio\tmachine ev/s\tratio to lower\t%srelay CPU µs/ev\t%s\t%s ceiling\tbroker CPU µs/ev\t%s\txacts/ev\tstmts/ev\t%s\trelay RSS MB\t\n", histCol, naCols, dbCol, dbCol, logCol, deadCol)
+	fmt.Fprintf(tw, "workload\tsink\tdelivery\tlayout\tordering\trows\t%skeys\tceiling ev/s\trelay ev/s\tratio\tmachine ev/s\tratio to lower\t%s%srelay CPU µs/ev\t%s\t%s ceiling\tbroker CPU µs/ev\t%s\txacts/ev\tstmts/ev\t%s\trelay RSS MB\t\n", histCol, scCols, naCols, dbCol, dbCol, logCol, deadCol)
 	cut := false
 	rate := func(m Measure) string {
 		cut = cut || m.CutShort
@@ -104,9 +109,17 @@ func printDrain(w io.Writer, rs []Result) {
 				hist = "n/a\t"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s%d\t%s\t%s\t%s\t%.0f\t%.2f\t%s%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%s\t%.0f\t\n",
+		sc := ""
+		if sinkCeil {
+			sc = "-\t-\t"
+			if c := r.SinkCeiling; c != nil {
+				cut = cut || c.CutShort
+				sc = fmt.Sprintf("%.0f%s\t%.2f\t", c.EventsPerSec, map[bool]string{true: "*"}[c.CutShort], r.SinkRatio)
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\t%s%d\t%s\t%s\t%s\t%.0f\t%.2f\t%s%s%.1f\t%.1f\t%.1f\t%.1f\t%.0f\t%.4f\t%.4f\t%s\t%.0f\t\n",
 			r.Workload, r.Sink, cmp.Or(r.Delivery, config.DeliveryAtLeastOnce), r.label(), ord, r.Rows, hist, r.Keys, ceil, rate(r.Relay), ratio,
-			r.Bound.EventsPerSec, r.Bound.Ratio, na,
+			r.Bound.EventsPerSec, r.Bound.Ratio, sc, na,
 			r.Relay.CPUMsPer1k, dbCPU, r.Bound.DatabaseCPUCeiling, r.Relay.BrokerCPUMs1k, logBytes, r.Relay.XactsPerEvent, r.Relay.StmtsPerEvent,
 			dead, float64(r.PeakRSSBytes)/(1<<20))
 	}
@@ -135,11 +148,25 @@ func printDrain(w io.Writer, rs []Result) {
 	if my {
 		fmt.Fprintln(w, "mariadb CPU and redo bytes are the whole server's, its other clients included; xacts are the relay's COMMITs and ROLLBACKs")
 	}
+	if sinkCeil {
+		fmt.Fprintln(w, "sink ceiling ev/s: the drain's messages (same count, payloads and keys) published to the same server by its own client, into a stream, queue or receiver of their own; relay/sink ceiling: relay ev/s over it")
+	}
 	said := map[string]bool{}
 	for _, r := range rs {
 		if r.SinkNote != "" && !said[r.SinkNote] {
 			said[r.SinkNote] = true
 			fmt.Fprintf(w, "sink %s: %s\n", r.Sink, r.SinkNote)
+		}
+		if c := r.SinkCeiling; c != nil && !said["ceiling "+r.Sink] {
+			said["ceiling "+r.Sink] = true
+			server := "the server's in this process's"
+			if c.ServerCPUPerEvent != nil {
+				server = fmt.Sprintf("server CPU %.1f µs/ev", *c.ServerCPUPerEvent)
+			}
+			fmt.Fprintf(w, "sink ceiling %s: %s; client CPU %.1f µs/ev, %s\n", r.Sink, c.Method, c.ClientCPUPerEvent, server)
+		}
+		if c := r.SinkCeiling; c != nil && c.Stored != nil && *c.Stored < c.Events {
+			fmt.Fprintf(w, "sink ceiling %s (%s, ordering %v): the server holds %d events of %d acknowledged\n", r.Sink, r.label(), r.Ordering, *c.Stored, c.Events)
 		}
 		if r.SinkStored != nil && *r.SinkStored < r.Relay.Events {
 			fmt.Fprintf(w, "sink %s (%s, ordering %v): the server holds %d events of %d published\n", r.Sink, r.label(), r.Ordering, *r.SinkStored, r.Relay.Events)
