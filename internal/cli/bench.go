@@ -44,7 +44,12 @@ its local server (or --sink-url): nats (a JetStream stream made for the run),
 rabbitmq (a direct exchange and a durable queue), redis (a stream), mqtt
 (QoS 1, no subscriber) or webhook (an HTTP server in this same process that
 answers 200, whose CPU then counts as the relay's). What the run made on the
-server is deleted afterwards.
+server is deleted afterwards. Beside the relay's rate the report gives the
+sink's ceiling: the drain's messages (same count, payloads and keys)
+published to the same server by its own client, pipelined as a careful user
+would (publisher confirms with 256 outstanding, JetStream PublishAsync with
+1,024 pending, XADD pipelines, QoS 1 with 256 in flight, keep-alive HTTP 16
+at once), and the ratio relay/sink ceiling.
 
 With --driver mysql, drain and keys run on MySQL or MariaDB at --mysql-dsn
 instead: the run creates a database of its own there (dropped afterwards),
