@@ -111,6 +111,9 @@ func (a *App) Run(ctx context.Context) error {
 			return err
 		}
 		a.log.Info("source started", "source", s.Name, "table", s.TableName(), "mode", s.Layout.Mode)
+		if s.ClaimAdvice != "" {
+			a.log.Warn("claims on this table cost more than their batch", "source", s.Name, "table", s.TableName(), "detail", s.ClaimAdvice)
+		}
 		if s.OrderGap != "" {
 			a.log.Warn("per-key order is not provable on this table", "source", s.Name, "table", s.TableName(), "detail", s.OrderGap)
 		}

@@ -37,6 +37,9 @@ type Source struct {
 	// they were inserted, given the table's columns; empty when the order
 	// is proven or ordering is off.
 	OrderGap string
+	// ClaimAdvice says what index the table lacks for its claims to cost
+	// only their batch (see driver.ClaimAdvisor), or "".
+	ClaimAdvice string
 }
 
 // orderGap is layout.OrderGap for a source with per-key ordering on.
@@ -198,6 +201,9 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 		Store: st, DB: db, Table: t}
 	if l.Queue == nil {
 		s.OrderGap = orderGap(cs, l, cols, t.StatementOrder())
+	}
+	if ca, ok := st.(driver.ClaimAdvisor); ok {
+		s.ClaimAdvice = ca.ClaimAdvice()
 	}
 	return s, nil
 }

@@ -183,6 +183,9 @@ func (c *checker) source(ctx context.Context, s *app.Source) {
 	if s.OrderGap != "" {
 		c.say("source %s: order: WARNING %s", s.Name, s.OrderGap)
 	}
+	if s.ClaimAdvice != "" {
+		c.say("source %s: claims: WARNING %s", s.Name, s.ClaimAdvice)
+	}
 	if !s.Notifies() || s.Config.Notify == "off" {
 		return
 	}

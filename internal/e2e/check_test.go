@@ -114,6 +114,45 @@ sources:
 	}
 }
 
+// TestCheckAdvisesTheClaimIndexOnMariaDB: check warns, naming the index,
+// when a MySQL table that keeps its delivered rows has no index of its
+// pending rows in the claim's order (each claim would read past every
+// delivered row); a warning, not a problem.
+func TestCheckAdvisesTheClaimIndexOnMariaDB(t *testing.T) {
+	t.Parallel()
+	appDB, dsn := mytest.NewDatabase(t, "check")
+	relayDB := "relay_" + mytest.Suffix()
+	t.Cleanup(func() { mytest.Drop(t, relayDB) })
+	db := mytest.Admin(t)
+	mytest.Exec(t, db, `CREATE TABLE `+appDB+`.outbox (id CHAR(36) PRIMARY KEY, aggregate_id VARCHAR(100), topic VARCHAR(100) NOT NULL,
+  payload JSON NOT NULL, status ENUM('pending', 'published', 'failed') NOT NULL DEFAULT 'pending',
+  published_at DATETIME(6), created_at DATETIME(6) NOT NULL)`)
+	c := kafkaCluster(t)
+	cfg := writeYAML(t, fmt.Sprintf(`relay_schema: %s
+databases:
+  main: {driver: mysql, dsn: %q}
+sinks:
+  kafka: {type: kafka, brokers: [%q]}
+sources:
+  - name: events
+    table: %s.outbox
+    preset: status
+`, relayDB, dsn, c.ListenAddrs()[0], appDB))
+	if _, err := runCLI(t, "--config", cfg, "migrate", "up"); err != nil {
+		t.Fatal(err)
+	}
+	want := "source events: claims: WARNING no index holds the pending rows in the claim's order"
+	out, err := runCLI(t, "--config", cfg, "check", "--skip-sinks")
+	if err != nil || !strings.Contains(out, want) || !strings.Contains(out, "INDEX (`status`, `created_at`)") {
+		t.Fatalf("check without the index: %v; want it to pass with the warning %q naming the index:\n%s", err, want, out)
+	}
+	mytest.Exec(t, db, "ALTER TABLE "+appDB+".outbox ADD KEY pending (status, created_at)")
+	out, err = runCLI(t, "--config", cfg, "check", "--skip-sinks")
+	if err != nil || strings.Contains(out, "claims: WARNING") {
+		t.Fatalf("check with the index: %v; want no claims warning:\n%s", err, out)
+	}
+}
+
 // TestCheckNATSDuplicateWindow: check compares a NATS stream's duplicate
 // window with the relay's retry horizon: a window of 10 minutes covers the
 // default 5 minute horizon; a horizon of 20 minutes is not covered and is a

@@ -130,6 +130,12 @@ type Settler interface {
 	Settle(ctx context.Context, n int, timeout time.Duration) error
 }
 
+// ClaimAdvisor is a store whose claims may cost more than their batch on
+// this table for want of an index: ClaimAdvice says what to add, or "".
+type ClaimAdvisor interface {
+	ClaimAdvice() string
+}
+
 // Reaper is a dispatch queue's store: it puts back dispatches with no
 // outcome, and tells how many are stuck and which keys a gap in their
 // sequence holds.

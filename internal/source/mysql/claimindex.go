@@ -53,15 +53,7 @@ ORDER BY INDEX_NAME = 'PRIMARY' DESC, INDEX_NAME LIMIT 1`, t.Schema, t.Name, l.O
 // primary key must be the id column alone, as claims lock rows by it. It
 // returns "" when there is none, and for layouts that delete their rows.
 func PendingIndex(ctx context.Context, db *sql.DB, t Table, l *layout.Layout) (string, error) {
-	state := ""
-	switch l.Mode {
-	case "timestamp":
-		state = l.PublishedAt
-	case "status":
-		state = l.Status
-	case "flag":
-		state = l.Flag
-	}
+	state := stateColumn(l)
 	if state == "" {
 		return "", nil
 	}
@@ -101,4 +93,37 @@ ORDER BY INDEX_NAME, SEQ_IN_INDEX`, t.Schema, t.Name)
 		}
 	}
 	return "", nil
+}
+
+// stateColumn is the column whose value says a row is pending (the
+// published-at column, the status or the published flag), or "" for a
+// layout that deletes its rows.
+func stateColumn(l *layout.Layout) string {
+	switch l.Mode {
+	case "timestamp":
+		return l.PublishedAt
+	case "status":
+		return l.Status
+	case "flag":
+		return l.Flag
+	}
+	return ""
+}
+
+// ClaimAdvice implements driver.ClaimAdvisor: a table that keeps its
+// delivered rows and has no index of its pending rows in the claim's order
+// (see PendingIndex) is claimed by its primary key or its order column's
+// index, over every delivered row, each claim.
+func (s *Store) ClaimAdvice() string {
+	l := s.opts.Layout
+	if s.invalid != nil || s.opts.PendingIndex != "" || stateColumn(l) == "" {
+		return ""
+	}
+	cols := QuoteIdent(stateColumn(l))
+	if l.OrderBy != l.ID.Name {
+		cols += ", " + QuoteIdent(l.OrderBy)
+	}
+	return fmt.Sprintf("no index holds the pending rows in the claim's order, so each claim reads past every delivered row "+
+		"the table keeps: add INDEX (%s) (the primary key must be %s alone), or keep delivered rows few with retention",
+		cols, QuoteIdent(l.ID.Name))
 }

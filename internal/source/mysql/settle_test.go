@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 )
@@ -43,5 +44,28 @@ func TestSettleWaitsForHeldRows(t *testing.T) {
 				t.Fatalf("Settle with every row free: %v", err)
 			}
 		})
+	}
+}
+
+// TestClaimAdvice: a table that keeps its delivered rows is told which index
+// its claims lack (the state column, then the order column) until it has
+// one; a table whose layout deletes its rows needs none.
+func TestClaimAdvice(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t)
+	e.exec(t, `CREATE TABLE outbox (id CHAR(36) PRIMARY KEY, aggregate_id VARCHAR(100), topic VARCHAR(100) NOT NULL,
+  payload JSON NOT NULL, status ENUM('pending', 'published', 'failed') NOT NULL DEFAULT 'pending',
+  published_at DATETIME(6), created_at DATETIME(6) NOT NULL, KEY by_created (created_at))`,
+		"CREATE TABLE plain (id BIGINT AUTO_INCREMENT PRIMARY KEY, topic VARCHAR(255), `key` VARCHAR(255), payload JSON NOT NULL)")
+	advice := e.indexedStore(t, "advice", "outbox", "status").ClaimAdvice()
+	if !strings.Contains(advice, "INDEX (`status`, `created_at`)") {
+		t.Errorf("advice for a status table without an index of its pending rows = %q, want INDEX (`status`, `created_at`)", advice)
+	}
+	e.exec(t, "ALTER TABLE outbox ADD KEY pending (status, created_at)")
+	if advice := e.indexedStore(t, "advice", "outbox", "status").ClaimAdvice(); advice != "" {
+		t.Errorf("advice with the index = %q, want none", advice)
+	}
+	if advice := e.indexedStore(t, "advice", "plain", "delete").ClaimAdvice(); advice != "" {
+		t.Errorf("advice for a table whose layout deletes its rows = %q, want none", advice)
 	}
 }
