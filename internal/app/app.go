@@ -114,6 +114,10 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 // Registry is the Prometheus registry of this process.
 func (a *App) Registry() *prometheus.Registry { return a.reg }
 
+// Published is how many events this process has published, over every
+// source.
+func (a *App) Published() int { return int(a.metrics.PublishedTotal()) }
+
 // Migrate applies the relay's migrations in every database, then those of
 // the outbox tables the relay manages (manage_table).
 func (a *App) Migrate(ctx context.Context) error {

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
@@ -188,21 +187,6 @@ func measure(ctx context.Context, pool *pgxpool.Pool, t table, serverCPU func() 
 func quietRegistry(a *app.App) {
 	a.Registry().Unregister(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	a.Registry().Unregister(collectors.NewGoCollector())
-}
-
-// published reads outbox_relay_events_published_total from the registry.
-func published(reg *prometheus.Registry) int {
-	mfs, _ := reg.Gather()
-	total := 0.0
-	for _, mf := range mfs {
-		if mf.GetName() != "outbox_relay_events_published_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			total += m.GetCounter().GetValue()
-		}
-	}
-	return int(total)
 }
 
 func progress(o Options, format string, args ...any) {

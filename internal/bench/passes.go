@@ -194,7 +194,7 @@ func relay(ctx context.Context, a *app.App, o Options) (n int, err error) {
 	}()
 	start, last := time.Now(), time.Now()
 	for {
-		n := published(a.Registry())
+		n := a.Published()
 		if n >= o.Rows {
 			return n, nil
 		}

@@ -46,6 +46,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
+	dto "github.com/prometheus/client_model/go"
 )
 
 const namespace = "outbox_relay"
@@ -259,4 +260,22 @@ func (m *Metrics) Source(name string) *SourceMetrics {
 // ReasonTerminal and ReasonExhausted.
 func (s *SourceMetrics) DeadLettered(reason string) prometheus.Counter {
 	return s.deadLettered.WithLabelValues(reason)
+}
+
+// PublishedTotal is events_published_total summed over its sources, read
+// without gathering the whole registry.
+func (m *Metrics) PublishedTotal() float64 {
+	ch := make(chan prometheus.Metric, 16)
+	go func() {
+		m.Published.Collect(ch)
+		close(ch)
+	}()
+	total := 0.0
+	for pm := range ch {
+		var d dto.Metric
+		if pm.Write(&d) == nil {
+			total += d.GetCounter().GetValue()
+		}
+	}
+	return total
 }
