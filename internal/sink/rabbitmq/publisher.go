@@ -80,51 +80,58 @@ func New(cfg Config, opts ...Option) (*Publisher, error) {
 func (p *Publisher) MaxMessageBytes() int { return p.cfg.MaxMessageBytes }
 
 // Publish publishes msgs and waits for their confirms; see the package
-// documentation for order and classification.
+// documentation for order and classification. The first message of every
+// key goes at once, a key's next one once the previous one is confirmed, at
+// most max_in_flight unconfirmed.
 func (p *Publisher) Publish(ctx context.Context, msgs []*sink.Message) []error {
 	now := time.Now()
-	return keyorder.Run(ctx, msgs, p.cfg.MaxInFlight, func(ctx context.Context, i int) error {
-		return p.publishOne(ctx, msgs[i], now)
+	return keyorder.Pipeline(ctx, msgs, make(chan struct{}, max(p.cfg.MaxInFlight, 1)), func(ctx context.Context, i int) (func() error, error) {
+		return p.start(ctx, msgs[i], now)
 	})
 }
 
-func (p *Publisher) publishOne(ctx context.Context, m *sink.Message, now time.Time) error {
+// start publishes m and returns how to wait for its confirm, which is
+// given up on confirm_timeout after the publish.
+func (p *Publisher) start(ctx context.Context, m *sink.Message, now time.Time) (func() error, error) {
 	exchange, key, err := p.cfg.route(m.Destination)
 	if err != nil {
-		return sink.Terminal(err)
+		return nil, sink.Terminal(err)
 	}
 	if len(m.Payload) > p.cfg.MaxMessageBytes {
-		return sink.Terminal(fmt.Errorf("payload of %d bytes: %w (max_message_bytes %d)",
+		return nil, sink.Terminal(fmt.Errorf("payload of %d bytes: %w (max_message_bytes %d)",
 			len(m.Payload), ErrTooLarge, p.cfg.MaxMessageBytes))
 	}
 	s, err := p.session(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	ok, err := s.exchangeExists(exchange)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !ok {
-		return sink.Terminal(fmt.Errorf("exchange %q: %w", exchange, ErrNoExchange))
+		return nil, sink.Terminal(fmt.Errorf("exchange %q: %w", exchange, ErrNoExchange))
 	}
 	pend, err := s.publish(ctx, exchange, key, *p.cfg.Mandatory, publishing(m, now))
 	if err != nil {
-		return fmt.Errorf("publish to exchange %q routing key %q: %w", exchange, key, err)
+		return nil, fmt.Errorf("publish to exchange %q routing key %q: %w", exchange, key, err)
 	}
-	timer := time.NewTimer(p.cfg.ConfirmTimeout)
-	defer timer.Stop()
-	select {
-	case err := <-pend.result:
-		if err != nil && !sink.IsTerminal(err) {
-			err = fmt.Errorf("publish to exchange %q routing key %q: %w", exchange, key, err)
+	deadline := time.Now().Add(p.cfg.ConfirmTimeout)
+	return func() error {
+		timer := time.NewTimer(time.Until(deadline))
+		defer timer.Stop()
+		select {
+		case err := <-pend.result:
+			if err != nil && !sink.IsTerminal(err) {
+				err = fmt.Errorf("publish to exchange %q routing key %q: %w", exchange, key, err)
+			}
+			return err
+		case <-ctx.Done():
+			return fmt.Errorf("wait for confirm: %w", ctx.Err())
+		case <-timer.C:
+			return fmt.Errorf("%w (%v)", ErrConfirmTimeout, p.cfg.ConfirmTimeout)
 		}
-		return err
-	case <-ctx.Done():
-		return fmt.Errorf("wait for confirm: %w", ctx.Err())
-	case <-timer.C:
-		return fmt.Errorf("%w (%v)", ErrConfirmTimeout, p.cfg.ConfirmTimeout)
-	}
+	}, nil
 }
 
 // session returns the open session, dialing one when there is none.
