@@ -12,6 +12,11 @@
 // confirmed. Different keys, and messages without a key, go concurrently, so
 // a batch of many keys is still pipelined on the connection.
 //
+// Run sends from a goroutine a key, for clients whose send blocks until the
+// broker's answer (MQTT); Pipeline sends from one goroutine, for clients
+// that send at once and tell the answer later (a RabbitMQ confirm, a
+// JetStream PubAck future).
+//
 // A retryable failure stops its key: the later messages of that key are not
 // sent and fail with an error wrapping [ErrHeldBack] (retryable). A terminal
 // failure does not stop the key: the failed message will never be published
