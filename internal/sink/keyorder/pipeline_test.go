@@ -63,7 +63,7 @@ func TestPipelineSendsEveryKeyAtOnce(t *testing.T) {
 		}
 	}
 	b := newBroker(msgs)
-	errs := Pipeline(context.Background(), msgs, make(chan struct{}, 10), b.start)
+	errs := Pipeline(context.Background(), msgs, make(chan struct{}, 10), 1, b.start)
 	for i, err := range errs {
 		if err != nil {
 			t.Fatalf("message %s: %v", msgs[i].ID, err)
@@ -88,7 +88,7 @@ func TestPipelineSendsEveryKeyAtOnce(t *testing.T) {
 	}
 
 	b = newBroker(msgs)
-	Pipeline(context.Background(), msgs, make(chan struct{}, 2), b.start)
+	Pipeline(context.Background(), msgs, make(chan struct{}, 2), 1, b.start)
 	if b.peak != 2 {
 		t.Errorf("%d unconfirmed at once with 2 slots", b.peak)
 	}
@@ -109,7 +109,7 @@ func TestPipelineFailures(t *testing.T) {
 		}
 		return nil
 	}
-	errs := Pipeline(context.Background(), msgs, make(chan struct{}, 4), b.start)
+	errs := Pipeline(context.Background(), msgs, make(chan struct{}, 4), 1, b.start)
 	if !errors.Is(errs[0], down) || !errors.Is(errs[2], ErrHeldBack) || !errors.Is(errs[4], ErrHeldBack) {
 		t.Errorf("key a: %v; want its first failed and the rest held back", errs)
 	}
@@ -129,7 +129,7 @@ func TestPipelineSharedSlots(t *testing.T) {
 	for c := range 4 {
 		wg.Go(func() {
 			msgs := []*sink.Message{msg("x", c), msg("y", c), msg("x", c+10)}
-			for i, err := range Pipeline(context.Background(), msgs, slots, newBroker(msgs).start) {
+			for i, err := range Pipeline(context.Background(), msgs, slots, 1, newBroker(msgs).start) {
 				if err != nil {
 					t.Errorf("call %d message %d: %v", c, i, err)
 				}
@@ -148,11 +148,43 @@ func TestPipelineCancelled(t *testing.T) {
 		cancel()
 		return nil
 	}
-	errs := Pipeline(ctx, msgs, make(chan struct{}, 1), b.start)
+	errs := Pipeline(ctx, msgs, make(chan struct{}, 1), 1, b.start)
 	if errs[0] != nil || !errors.Is(errs[1], context.Canceled) || !errors.Is(errs[2], context.Canceled) {
 		t.Errorf("results %v: want the first delivered, the rest not sent", errs)
 	}
 	if !slices.Equal(b.sends, []string{"a-0"}) {
 		t.Errorf("sent %v after the context ended", b.sends)
+	}
+}
+
+// TestPipelineDepth: with a depth above one, a key's messages go together,
+// at most depth unconfirmed; a retryable failure holds back what of its key
+// was not sent yet, and is made terminal (overtaken) when a later message
+// of its key, already sent, was delivered.
+func TestPipelineDepth(t *testing.T) {
+	msgs := []*sink.Message{msg("a", 0), msg("a", 1), msg("a", 2), msg("a", 3), msg("b", 0), msg("b", 1)}
+	down := errors.New("queue full")
+	b := newBroker(msgs)
+	b.answer = func(i int) error {
+		if msgs[i].ID == "a-0" || msgs[i].ID == "b-0" {
+			return down
+		}
+		return nil
+	}
+	errs := Pipeline(context.Background(), msgs, make(chan struct{}, 10), 2, b.start)
+	if b.peakPerKey != 2 {
+		t.Errorf("%d of one key unconfirmed at once, want 2", b.peakPerKey)
+	}
+	if !sink.IsTerminal(errs[0]) || !errors.Is(errs[0], ErrOvertaken) || !errors.Is(errs[0], down) {
+		t.Errorf("a-0: %v; want its failure made terminal, overtaken by a-1", errs[0])
+	}
+	if errs[1] != nil || !errors.Is(errs[2], ErrHeldBack) || !errors.Is(errs[3], ErrHeldBack) {
+		t.Errorf("a-1..a-3: %v; want a-1 delivered, the rest held back", errs[1:4])
+	}
+	if !sink.IsTerminal(errs[4]) || errs[5] != nil {
+		t.Errorf("b: %v; want b-0 overtaken by b-1", errs[4:])
+	}
+	if slices.Contains(b.sends, "a-2") || slices.Contains(b.sends, "a-3") {
+		t.Errorf("sent %v: a key's messages went on after its failure", b.sends)
 	}
 }

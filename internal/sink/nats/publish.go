@@ -16,7 +16,7 @@ import (
 // publishes, at most max_pending awaiting their PubAck across calls), a
 // key's next one once the previous one is acknowledged.
 func (p *Publisher) Publish(ctx context.Context, msgs []*sink.Message) []error {
-	return keyorder.Pipeline(ctx, msgs, p.slots, func(ctx context.Context, i int) (func() error, error) {
+	return keyorder.Pipeline(ctx, msgs, p.slots, 1, func(ctx context.Context, i int) (func() error, error) {
 		return p.start(ctx, msgs[i])
 	})
 }

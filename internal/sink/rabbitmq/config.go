@@ -46,6 +46,13 @@ type Config struct {
 	MaxMessageBytes int `yaml:"max_message_bytes"`
 	// MaxInFlight bounds the unconfirmed messages of one Publish call.
 	MaxInFlight int `yaml:"max_in_flight"`
+	// MaxInFlightPerKey bounds the unconfirmed messages of one key
+	// (default 1). One channel's confirms come in order, so more of a key
+	// may travel together; but a queue that rejects publishes when full
+	// (x-overflow reject-publish) can refuse one message and take the next
+	// of its key: that refused message then goes to the dead letters
+	// (overtaken) rather than being sent again after its successor.
+	MaxInFlightPerKey int `yaml:"max_in_flight_per_key"`
 	// TLS secures the connection (also turned on by an amqps:// URL).
 	TLS tlsconf.Config `yaml:"tls"`
 }
@@ -70,6 +77,9 @@ func (c *Config) Defaults() {
 	}
 	if c.MaxInFlight == 0 {
 		c.MaxInFlight = DefaultMaxInFlight
+	}
+	if c.MaxInFlightPerKey == 0 {
+		c.MaxInFlightPerKey = 1
 	}
 }
 
@@ -98,6 +108,9 @@ func (c Config) Problems() []sinkblock.Problem {
 	}
 	if c.MaxInFlight < 0 {
 		add("max_in_flight", "must not be negative")
+	}
+	if c.MaxInFlightPerKey < 0 || c.MaxInFlight > 0 && c.MaxInFlightPerKey > c.MaxInFlight {
+		add("max_in_flight_per_key", "must be between 0 (the default, 1) and max_in_flight (%d)", c.MaxInFlight)
 	}
 	return append(ps, c.TLS.Problems()...)
 }

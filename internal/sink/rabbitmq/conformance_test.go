@@ -13,11 +13,18 @@ import (
 // destination is a fresh exchange with a queue bound for routing key
 // "events"; the unroutable one is an exchange with no binding.
 func TestConformance(t *testing.T) {
+	t.Run("one of a key in flight", func(t *testing.T) { conformance(t, 1) })
+	t.Run("eight of a key in flight", func(t *testing.T) { conformance(t, 8) })
+}
+
+func conformance(t *testing.T, perKey int) {
 	a := newAdmin(t)
 	sinktest.Run(t, sinktest.Harness{
 		Addr: testAddr(),
 		New: func(t *testing.T, addr string) sink.Publisher {
-			return newPublisher(t, testConfig(addr))
+			cfg := testConfig(addr)
+			cfg.MaxInFlightPerKey = perKey
+			return newPublisher(t, cfg)
 		},
 		Destination: func(t *testing.T) (string, sinktest.Reader) {
 			ex := a.exchange(t, "conformance")

@@ -127,6 +127,41 @@ func TestNackHoldsBackKey(t *testing.T) {
 	}
 }
 
+// TestManyInFlightOfOneKey: with max_in_flight_per_key above 1, a key's
+// messages travel together; a queue full by its bytes refuses the second
+// (too big for the room left) and takes the third (small enough): the
+// second, overtaken, fails terminally (to the dead letters) rather than
+// being sent again after the third. With the default of one, the third is
+// held back instead (TestNackHoldsBackKey).
+func TestManyInFlightOfOneKey(t *testing.T) {
+	t.Parallel()
+	a := newAdmin(t)
+	ex := a.exchange(t, "bytes")
+	args := amqp.Table{"x-max-length-bytes": int32(10), "x-overflow": "reject-publish"}
+	q := a.queue(t, ex, "rk", args)
+	cfg := testConfig(testAddr())
+	cfg.MaxInFlightPerKey = 3
+	p := newPublisher(t, cfg)
+
+	msgs := []*sink.Message{
+		msg(ex+"/rk", "1", "k", "12345"), msg(ex+"/rk", "2", "k", "1234567890"), msg(ex+"/rk", "3", "k", "12345"),
+	}
+	errs := p.Publish(testCtx(t), msgs)
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("first and third: %v, %v; want both delivered", errs[0], errs[2])
+	}
+	if !sink.IsTerminal(errs[1]) || !errors.Is(errs[1], keyorder.ErrOvertaken) || !errors.Is(errs[1], ErrNacked) {
+		t.Fatalf("second: want a terminal nack overtaken by the third, got %v", errs[1])
+	}
+	st, err := a.ch.QueueDeclarePassive(q, false, false, false, false, args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Messages != 2 {
+		t.Fatalf("queue holds %d messages, want 2", st.Messages)
+	}
+}
+
 func TestTerminalBeforeSending(t *testing.T) {
 	t.Parallel()
 	a := newAdmin(t)

@@ -85,7 +85,7 @@ func (p *Publisher) MaxMessageBytes() int { return p.cfg.MaxMessageBytes }
 // most max_in_flight unconfirmed.
 func (p *Publisher) Publish(ctx context.Context, msgs []*sink.Message) []error {
 	now := time.Now()
-	return keyorder.Pipeline(ctx, msgs, make(chan struct{}, max(p.cfg.MaxInFlight, 1)), func(ctx context.Context, i int) (func() error, error) {
+	return keyorder.Pipeline(ctx, msgs, make(chan struct{}, max(p.cfg.MaxInFlight, 1)), p.cfg.MaxInFlightPerKey, func(ctx context.Context, i int) (func() error, error) {
 		return p.start(ctx, msgs[i], now)
 	})
 }
