@@ -48,6 +48,13 @@ type Config struct {
 	// MaxPending bounds the messages awaiting a PubAck at once, across
 	// all Publish calls (default 1024).
 	MaxPending int `yaml:"max_pending"`
+	// MaxPendingPerKey bounds the messages of one key awaiting a PubAck
+	// at once (default 1). More let a hot key's messages travel together;
+	// but a stream that refuses messages when full (discard new, by count
+	// or bytes) can refuse one and take the next of its key: the refused
+	// one then goes to the dead letters (overtaken) rather than being sent
+	// again after its successor.
+	MaxPendingPerKey int `yaml:"max_pending_per_key"`
 	// ReconnectWait is the pause between reconnection attempts
 	// (default 1s).
 	ReconnectWait sinkconf.Duration `yaml:"reconnect_wait"`
@@ -68,6 +75,9 @@ func (c *Config) Defaults() {
 	}
 	if c.MaxPending == 0 {
 		c.MaxPending = DefaultMaxPending
+	}
+	if c.MaxPendingPerKey == 0 {
+		c.MaxPendingPerKey = 1
 	}
 	if c.ReconnectWait == 0 {
 		c.ReconnectWait = sinkconf.Duration(DefaultReconnectWait)
@@ -117,6 +127,9 @@ func (c Config) Problems() []sinkblock.Problem {
 	}
 	if c.MaxPending < 0 {
 		add("max_pending", "must be at least 1, got %d", c.MaxPending)
+	}
+	if c.MaxPendingPerKey < 0 || c.MaxPending > 0 && c.MaxPendingPerKey > c.MaxPending {
+		add("max_pending_per_key", "must be between 0 (the default, 1) and max_pending (%d), got %d", c.MaxPending, c.MaxPendingPerKey)
 	}
 	if c.ReconnectWait < 0 {
 		add("reconnect_wait", "must be positive, got %s", c.ReconnectWait)

@@ -22,6 +22,7 @@ password: secret
 tls: {enabled: true, server_name: nats.internal}
 ack_timeout: 3s
 max_pending: 64
+max_pending_per_key: 4
 reconnect_wait: 250ms
 retry_horizon: 10m
 `
@@ -36,7 +37,7 @@ retry_horizon: 10m
 		URL: "nats://a:4222, nats://b:4222", Servers: []string{"nats://c:4222"}, Name: "relay-eu",
 		User: "relay", Password: "secret",
 		TLS:        tlsconf.Config{Enabled: true, ServerName: "nats.internal"},
-		AckTimeout: sinkconf.Duration(3 * time.Second), MaxPending: 64,
+		AckTimeout: sinkconf.Duration(3 * time.Second), MaxPending: 64, MaxPendingPerKey: 4,
 		ReconnectWait: sinkconf.Duration(250 * time.Millisecond), RetryHorizon: sinkconf.Duration(10 * time.Minute),
 	}
 	if !reflect.DeepEqual(c, want) {

@@ -12,10 +12,17 @@ import (
 // server; connection cuts go through the suite's proxy.
 func TestConformance(t *testing.T) {
 	requireServer(t)
+	t.Run("one of a key pending", func(t *testing.T) { conformance(t, 1) })
+	t.Run("eight of a key pending", func(t *testing.T) { conformance(t, 8) })
+}
+
+func conformance(t *testing.T, perKey int) {
 	sinktest.Run(t, sinktest.Harness{
 		Addr: serverAddr(),
 		New: func(t *testing.T, addr string) sink.Publisher {
-			p, err := New(testConfig(addr))
+			cfg := testConfig(addr)
+			cfg.MaxPendingPerKey = perKey
+			p, err := New(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,9 +14,10 @@ import (
 // documentation for ordering and classification. It returns one result per
 // message. The first message of every key goes at once (asynchronous
 // publishes, at most max_pending awaiting their PubAck across calls), a
-// key's next one once the previous one is acknowledged.
+// key's next one once the previous one is acknowledged (or, with
+// max_pending_per_key, once fewer of its key await theirs).
 func (p *Publisher) Publish(ctx context.Context, msgs []*sink.Message) []error {
-	return keyorder.Pipeline(ctx, msgs, p.slots, 1, func(ctx context.Context, i int) (func() error, error) {
+	return keyorder.Pipeline(ctx, msgs, p.slots, p.cfg.MaxPendingPerKey, func(ctx context.Context, i int) (func() error, error) {
 		return p.start(ctx, msgs[i])
 	})
 }

@@ -103,6 +103,32 @@ func TestFailureHoldsRestOfKey(t *testing.T) {
 	}
 }
 
+// With max_pending_per_key above 1 a key's messages travel together; a
+// stream full by its bytes (discard new) refuses the second (too big for
+// the room left) and takes the third: the second, overtaken, fails
+// terminally (to the dead letters) rather than being sent again after it.
+func TestManyPendingOfOneKey(t *testing.T) {
+	s := newStream(t, func(c *jetstream.StreamConfig) {
+		c.MaxBytes = 600
+		c.Discard = jetstream.DiscardNew
+	})
+	cfg := testConfig(serverAddr())
+	cfg.MaxPendingPerKey = 3
+	p := newPublisher(t, cfg)
+	msgs := []*sink.Message{msg(s.subject("a"), "k", 0), msg(s.subject("a"), "k", 1), msg(s.subject("a"), "k", 2)}
+	msgs[1].Payload = []byte(`"` + strings.Repeat("x", 1000) + `"`)
+	errs := p.Publish(testCtx(t), msgs)
+	if errs[0] != nil || errs[2] != nil {
+		t.Fatalf("first and third: %v, %v; want both stored", errs[0], errs[2])
+	}
+	if !sink.IsTerminal(errs[1]) || !errors.Is(errs[1], keyorder.ErrOvertaken) {
+		t.Fatalf("second: want a terminal refusal overtaken by the third, got %v", errs[1])
+	}
+	if got := s.all(t); len(got) != 2 {
+		t.Fatalf("stream holds %d messages, want 2", len(got))
+	}
+}
+
 // Without a stream for the subject the message fails terminally; it goes
 // to the dead-letter table, so the rest of its key goes on.
 func TestNoStreamIsTerminal(t *testing.T) {
