@@ -26,6 +26,8 @@ type RateResult struct {
 	// IdleQueriesPerSec is the database's transactions per second while
 	// the relay had nothing to do (sparse only).
 	IdleQueriesPerSec float64 `json:"idle_queries_per_sec,omitempty"`
+	// Relay is what the relay's own histograms recorded meanwhile.
+	Relay RelayView `json:"relay"`
 }
 
 // atRate commits events at rate (rowsPerTx per transaction) for dur while the
@@ -135,12 +137,16 @@ func steady(ctx context.Context, pool *pgxpool.Pool, dsn string, k kafkaEnv, o O
 	for _, tx := range txs {
 		for _, rate := range rates {
 			progress(o, "%s %s: %d events/s, %d per transaction, for %s", workload, layout, rate, tx, o.Duration)
+			before := relayHistos(a.Registry())
 			r, err := atRate(ctx, pool, k.brokers, t, rate, tx, o.Duration, o)
 			if err != nil {
 				return out, err
 			}
+			r.Relay = relayView(before, relayHistos(a.Registry()))
 			r.Workload = workload
 			progress(o, "  p50 %.1f ms, p99 %.1f ms, p99.9 %.1f ms, sustainable %v", r.Latency.P50, r.Latency.P99, r.Latency.P999, r.Sustainable)
+			progress(o, "  relay: commit to completion %.1f ms on average, %.1f%% within 5 ms; a batch: claim %.2f ms, publish %.2f ms, claim to completion %.2f ms (%d batches)",
+				r.Relay.CommitToAck, 100*r.Relay.Within5ms, r.Relay.Claim, r.Relay.Publish, r.Relay.Batch, r.Relay.Batches)
 			if workload == "sparse" {
 				progress(o, "  measuring the idle relay's queries for 30 s")
 				r.IdleQueriesPerSec, err = idleQueries(ctx, pool, 30*time.Second)

@@ -121,12 +121,24 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	if lease != nil {
 		stmt, args = s.sql.claim.fenced, append(args, lease.Shard, lease.Owner, lease.Term)
 	}
-	rows, err := tx.Query(ctx, stmt, args...)
+	b := &batch{store: s, tx: tx, lease: lease}
+	// Under a lease, the claim and a check of the lease after it (its
+	// rows locked) go in one round trip: a takeover committed before the
+	// check is seen by it, and one committed after it finds this
+	// transaction holding locks on the table and ends it (EndOwner) before
+	// the new holder claims anything.
+	q := &pgx.Batch{}
+	q.Queue(stmt, args...)
+	if lease != nil {
+		b.queueLeaseCheck(q)
+	}
+	br := tx.SendBatch(ctx, q)
+	rows, err := br.Query()
 	if err != nil {
+		_ = br.Close()
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
 	}
-	b := &batch{store: s, tx: tx, lease: lease}
 	if s.sql.ackBatchID {
 		b.id = source.NewBatchID()
 	}
@@ -139,11 +151,20 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		}
 		if err != nil {
 			rows.Close()
+			_ = br.Close()
 			_ = tx.Rollback(context.WithoutCancel(ctx))
 			return nil, fmt.Errorf("claim from %s: decode: %w", s.opts.Table, err)
 		}
 	}
-	if err := rows.Err(); err != nil {
+	rows.Close()
+	err = rows.Err()
+	if err == nil && lease != nil {
+		err = b.leaseHeld(br)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		_ = tx.Rollback(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
 	}
@@ -152,16 +173,6 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 			return nil, fmt.Errorf("claim: rollback: %w", err)
 		}
 		return nil, nil
-	}
-	if b.lease != nil {
-		// Checked after the rows are locked: a takeover committed before
-		// this read is seen here, and one committed after it finds this
-		// transaction holding locks on the table and ends it (EndOwner)
-		// before the new holder claims anything.
-		if err := b.checkLease(ctx); err != nil {
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
-		}
 	}
 	s.held.Add(1)
 	return b, nil
@@ -300,7 +311,17 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
 	}
 	if w.q.Len() > 0 {
-		if err := b.tx.SendBatch(ctx, &w.q).Close(); err != nil {
+		// One round trip: the lease check (when leased) first, then the
+		// writes; a lost lease rolls them back before anything commits.
+		br := b.tx.SendBatch(ctx, &w.q)
+		err := error(nil)
+		if w.leased {
+			err = b.leaseHeld(br)
+		}
+		if cerr := br.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
 			_ = b.tx.Rollback(context.WithoutCancel(ctx))
 			return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
 		}
@@ -313,11 +334,18 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 
 // completion queues a batch's completion statements (source.CompletionWriter).
 type completion struct {
-	b *batch
-	q pgx.Batch
+	b      *batch
+	q      pgx.Batch
+	leased bool // the batch's first statement is its lease check
 }
 
-func (w *completion) CheckLease(ctx context.Context) error { return w.b.checkLease(ctx) }
+// CheckLease queues the lease check ahead of the writes; Complete reads it
+// first.
+func (w *completion) CheckLease(context.Context) error {
+	w.b.queueLeaseCheck(&w.q)
+	w.leased = true
+	return nil
+}
 
 func (w *completion) Acknowledge(_ context.Context, rows []int) error {
 	s := w.b.store
@@ -372,14 +400,23 @@ func (w *completion) ForgetRetries(_ context.Context, ids []string) error {
 	return nil
 }
 
-// checkLease fails with source.ErrLeaseLost when the lease the batch was
-// claimed under changed owner or term. The read takes no lock: a lock on
-// the lease row would hold up the owner's own renewals.
-func (b *batch) checkLease(ctx context.Context) error {
+// queueLeaseCheck queues the read of the lease the batch was claimed
+// under; leaseHeld reads its answer. The read takes no lock: a lock on the
+// lease row would hold up the owner's own renewals. Queued behind the
+// statements it must follow or ahead of those it guards, it costs no round
+// trip of its own.
+func (b *batch) queueLeaseCheck(q *pgx.Batch) {
+	l := b.lease
+	q.Queue(`SELECT 1 FROM `+QuoteIdent(b.store.opts.RelaySchema)+`.leases
+WHERE shard = $1 AND owner = $2 AND term = $3`, l.Shard, l.Owner, l.Term)
+}
+
+// leaseHeld reads the answer of a queued lease check: source.ErrLeaseLost
+// when the lease changed owner or term.
+func (b *batch) leaseHeld(br pgx.BatchResults) error {
 	l := b.lease
 	var one int
-	err := b.tx.QueryRow(ctx, `SELECT 1 FROM `+QuoteIdent(b.store.opts.RelaySchema)+`.leases
-WHERE shard = $1 AND owner = $2 AND term = $3`, l.Shard, l.Owner, l.Term).Scan(&one)
+	err := br.QueryRow().Scan(&one)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("%w (term %d of %s)", source.ErrLeaseLost, l.Term, l.Shard)
 	}
