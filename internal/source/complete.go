@@ -139,3 +139,11 @@ func WriteCompletion(ctx context.Context, w CompletionWriter, c Completion, leas
 	}
 	return nil
 }
+
+// ClaimWindow is how many rows a claim of limit considers when it reads a
+// window of the pending rows: the rows of the store's held batches still in
+// flight (each at most limit), which the window passes over, then twice the
+// limit.
+func ClaimWindow(limit int, held int64) int {
+	return limit * int(2+held)
+}

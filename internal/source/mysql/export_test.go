@@ -25,11 +25,7 @@ func ClaimPlans(ctx context.Context, s *Store, limit int) ([]ClaimPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := []any{s.opts.Source}
-	if s.opts.Ordering {
-		args = append(args, s.opts.Source)
-	}
-	plans := []ClaimPlan{{s.sql.window, append(args, s.window(limit))}}
+	plans := []ClaimPlan{{s.sql.window, s.windowArgs(s.window(limit))}}
 	b := &batch{store: s, tx: tx}
 	q, a, err := b.claimIDsSQL(ids[:min(limit, len(ids))])
 	return append(plans, ClaimPlan{q, a}), err

@@ -71,30 +71,15 @@ func (s *Store) Settle(ctx context.Context, n int, timeout time.Duration) error 
 // settleIDs is the locking read of the first n rows of the claim's window,
 // and its arguments; "" when the window is empty.
 func (s *Store) settleIDs(ctx context.Context, tx *sql.Tx, n int) (string, []any, error) {
-	args := []any{s.opts.Source}
-	if s.opts.Ordering {
-		args = append(args, s.opts.Source)
-	}
-	rows, err := tx.QueryContext(ctx, s.sql.window, append(args, n)...)
-	if err != nil {
+	win, err := s.windowRows(ctx, tx, n)
+	if err != nil || len(win) == 0 {
 		return "", nil, err
 	}
-	defer rows.Close()
-	var ids []any
-	for rows.Next() {
-		var id, key string
-		var claimed bool
-		if err := rows.Scan(&id, &key, &claimed); err != nil {
-			return "", nil, err
+	ids := make([]any, len(win))
+	for i, r := range win {
+		if ids[i], err = s.idArg(r.id); err != nil {
+			return "", nil, fmt.Errorf("id %q: %w", r.id, err)
 		}
-		v, err := s.idArg(id)
-		if err != nil {
-			return "", nil, fmt.Errorf("id %q: %w", id, err)
-		}
-		ids = append(ids, v)
-	}
-	if err := rows.Err(); err != nil || len(ids) == 0 {
-		return "", nil, err
 	}
 	return strings.Replace(s.sql.settle, idsMarker, placeholders(len(ids), s.idWrap()), 1), ids, nil
 }

@@ -267,11 +267,8 @@ func (s *Store) claimArgs(limit int) []any {
 	return append(args, limit)
 }
 
-// window is how many rows a claim of limit considers: the rows its own
-// batches in flight hold (each at most limit), then twice the limit.
-func (s *Store) window(limit int) int {
-	return limit * int(2+s.held.Load())
-}
+// window is how many rows a windowed claim of limit considers.
+func (s *Store) window(limit int) int { return source.ClaimWindow(limit, s.held.Load()) }
 
 // claim runs the claim in the batch's transaction and decodes its rows.
 func (b *batch) claim(ctx context.Context, limit int) error {
@@ -351,42 +348,66 @@ func (b *batch) read(ctx context.Context, q string, args ...any) error {
 // expires it is claimed here, first). Every row before a claimable row is
 // in the window, so the window decides.
 func (s *Store) claimable(ctx context.Context, tx *sql.Tx, limit int) ([]string, error) {
-	args := []any{s.opts.Source}
-	if s.opts.Ordering {
-		args = append(args, s.opts.Source)
-	}
-	rows, err := tx.QueryContext(ctx, s.sql.window, append(args, s.window(limit))...)
+	win, err := s.windowRows(ctx, tx, s.window(limit))
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
 	var (
 		ids     []string
 		foreign map[string]bool // keys a row another relay claimed holds
 	)
 	s.flightMu.Lock()
 	defer s.flightMu.Unlock()
-	for rows.Next() {
-		var id, key string
-		var claimed bool
-		if err := rows.Scan(&id, &key, &claimed); err != nil {
-			return nil, err
-		}
+	for _, r := range win {
 		switch {
-		case claimed:
-			if key != "" {
+		case r.claimed:
+			if r.key != "" {
 				if foreign == nil {
 					foreign = map[string]bool{}
 				}
-				foreign[key] = true
+				foreign[r.key] = true
 			}
-		case key != "" && foreign[key]:
-		case s.inFlight[id]:
+		case r.key != "" && foreign[r.key]:
+		case s.inFlight[r.id]:
 		default:
-			ids = append(ids, id)
+			ids = append(ids, r.id)
 		}
 	}
-	return ids, rows.Err()
+	return ids, nil
+}
+
+// windowRow is a row of a claim's window: its id as text, its order key,
+// and whether another relay holds it claimed.
+type windowRow struct {
+	id, key string
+	claimed bool
+}
+
+// windowArgs are the window statement's arguments for a window of n rows.
+func (s *Store) windowArgs(n int) []any {
+	args := []any{s.opts.Source}
+	if s.opts.Ordering {
+		args = append(args, s.opts.Source)
+	}
+	return append(args, n)
+}
+
+// windowRows reads the first n rows of the claim's window, in its order.
+func (s *Store) windowRows(ctx context.Context, tx *sql.Tx, n int) ([]windowRow, error) {
+	rows, err := tx.QueryContext(ctx, s.sql.window, s.windowArgs(n)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []windowRow
+	for rows.Next() {
+		var r windowRow
+		if err := rows.Scan(&r.id, &r.key, &r.claimed); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
 }
 
 // track adds the rows of a claimed batch to those in flight (add) or takes

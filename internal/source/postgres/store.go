@@ -178,12 +178,8 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	return b, nil
 }
 
-// window is how many rows a windowed claim of limit considers (see
-// claimStatements): the rows its own batches in flight hold (each at most
-// limit), then twice the limit.
-func (s *Store) window(limit int) int {
-	return limit * int(2+s.held.Load())
-}
+// window is how many rows a windowed claim of limit considers.
+func (s *Store) window(limit int) int { return source.ClaimWindow(limit, s.held.Load()) }
 
 // MarkPublished records the rows with ids as published, those still
 // pending (and forgets their retry state), in one transaction: the events
@@ -315,7 +311,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 		// writes; a lost lease rolls them back before anything commits.
 		br := b.tx.SendBatch(ctx, &w.q)
 		err := error(nil)
-		if w.leased {
+		if b.lease != nil {
 			err = b.leaseHeld(br)
 		}
 		if cerr := br.Close(); err == nil {
@@ -334,16 +330,14 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 
 // completion queues a batch's completion statements (source.CompletionWriter).
 type completion struct {
-	b      *batch
-	q      pgx.Batch
-	leased bool // the batch's first statement is its lease check
+	b *batch
+	q pgx.Batch // under a lease, its lease check first
 }
 
 // CheckLease queues the lease check ahead of the writes; Complete reads it
 // first.
 func (w *completion) CheckLease(context.Context) error {
 	w.b.queueLeaseCheck(&w.q)
-	w.leased = true
 	return nil
 }
 
