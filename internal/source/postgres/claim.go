@@ -150,8 +150,12 @@ JOIN ` + table + ` o ON o.ctid = w.tid`
 // which the planner prefers when it believes the backlog is small; and
 // joins are nested loops that look each row up by its key or address,
 // never a hash of a whole table. The settings hold for the claim's
-// transaction, whose other statements find rows by their address or key. They inflate the cost of the plans they
-// rule out past the threshold of JIT compilation, which would then cost
-// each claim tens of milliseconds: JIT is off too.
-const claimSettings = "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; " +
-	"SET LOCAL enable_hashjoin = off; SET LOCAL enable_mergejoin = off; SET LOCAL jit = off"
+// transaction, whose other statements find rows by their address or key.
+// They inflate the cost of the plans they rule out past the threshold of
+// JIT compilation, which would then cost each claim tens of milliseconds:
+// JIT is off too. The transaction's idle
+// limit ($1, in milliseconds) ends a claim its relay stopped tending.
+// One statement, so that it travels in the claim's round trip.
+const claimSettings = "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), " +
+	"set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true), " +
+	"set_config('idle_in_transaction_session_timeout', $1, true)"

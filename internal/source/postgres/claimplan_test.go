@@ -79,7 +79,7 @@ func TestClaimReadsABoundedWindow(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = tx.Rollback(ctx) }()
-			if _, err := tx.Exec(ctx, settings); err != nil {
+			if _, err := tx.Exec(ctx, settings, "60000"); err != nil {
 				t.Fatal(err)
 			}
 			stmtCtx, cancel := context.WithTimeout(ctx, 30*time.Second)

@@ -55,7 +55,7 @@ type Store struct {
 	pool  *pgxpool.Pool
 	opts  Options
 	sql   statements
-	begin string
+	idle  string // the claim transaction's idle limit, in milliseconds
 	// held counts the batches claimed and not yet completed or released:
 	// their rows are locked, and the next claim's window reaches past them.
 	held atomic.Int64
@@ -73,10 +73,8 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 	opts.ClaimTimeout = max(opts.ClaimTimeout, time.Second)
 	return &Store{
 		pool: pool, opts: opts,
-		sql: buildStatements(opts.Layout, opts.Table.String(), opts.RelaySchema, opts.Ordering, opts.ClaimTimeout),
-		// The claim's transaction starts with its own idle limit, in the
-		// same round trip as BEGIN.
-		begin: fmt.Sprintf("BEGIN; SET LOCAL idle_in_transaction_session_timeout = %d; %s", opts.ClaimTimeout.Milliseconds(), claimSettings),
+		sql:  buildStatements(opts.Layout, opts.Table.String(), opts.RelaySchema, opts.Ordering, opts.ClaimTimeout),
+		idle: fmt.Sprint(opts.ClaimTimeout.Milliseconds()),
 	}
 }
 
@@ -107,11 +105,13 @@ ORDER BY a.attnum`, t.Schema, t.Name)
 	return cols, nil
 }
 
-// Claim implements source.Store.
+// Claim implements source.Store. The claim's transaction is opened in the
+// claim's own round trip: BEGIN, the claim's settings, the claim and, under
+// a lease, the lease check are one pipeline.
 func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{BeginQuery: s.begin})
+	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("claim: begin: %w", err)
+		return nil, fmt.Errorf("claim: %w", err)
 	}
 	lease := s.Fence.Get()
 	stmt, args := s.sql.claim.plain, []any{s.opts.Source, limit}
@@ -121,23 +121,33 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	if lease != nil {
 		stmt, args = s.sql.claim.fenced, append(args, lease.Shard, lease.Owner, lease.Term)
 	}
-	b := &batch{store: s, tx: tx, lease: lease}
+	b := &batch{store: s, tx: claimTx{conn}, lease: lease}
 	// Under a lease, the claim and a check of the lease after it (its
 	// rows locked) go in one round trip: a takeover committed before the
 	// check is seen by it, and one committed after it finds this
 	// transaction holding locks on the table and ends it (EndOwner) before
 	// the new holder claims anything.
 	q := &pgx.Batch{}
+	q.Queue("BEGIN")
+	q.Queue(claimSettings, s.idle)
 	q.Queue(stmt, args...)
 	if lease != nil {
 		b.queueLeaseCheck(q)
 	}
-	br := tx.SendBatch(ctx, q)
+	br := conn.SendBatch(ctx, q)
+	fail := func(err error) (source.Batch, error) {
+		_ = br.Close()
+		b.tx.end(context.WithoutCancel(ctx))
+		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+	}
+	for range 2 { // BEGIN, settings
+		if _, err := br.Exec(); err != nil {
+			return fail(err)
+		}
+	}
 	rows, err := br.Query()
 	if err != nil {
-		_ = br.Close()
-		_ = tx.Rollback(context.WithoutCancel(ctx))
-		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
+		return fail(err)
 	}
 	if s.sql.ackBatchID {
 		b.id = source.NewBatchID()
@@ -151,9 +161,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		}
 		if err != nil {
 			rows.Close()
-			_ = br.Close()
-			_ = tx.Rollback(context.WithoutCancel(ctx))
-			return nil, fmt.Errorf("claim from %s: decode: %w", s.opts.Table, err)
+			return fail(fmt.Errorf("decode: %w", err))
 		}
 	}
 	rows.Close()
@@ -165,17 +173,32 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		err = cerr
 	}
 	if err != nil {
-		_ = tx.Rollback(context.WithoutCancel(ctx))
+		b.tx.end(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
 	}
 	if len(b.rows) == 0 {
-		if err := tx.Rollback(ctx); err != nil {
+		if err := b.tx.end(ctx); err != nil {
 			return nil, fmt.Errorf("claim: rollback: %w", err)
 		}
 		return nil, nil
 	}
 	s.held.Add(1)
 	return b, nil
+}
+
+// claimTx is a claim's open transaction, on a connection of its own until
+// it commits or rolls back.
+type claimTx struct{ conn *pgxpool.Conn }
+
+// end rolls back what is still open and gives the connection back to the
+// pool (which closes it when it is not idle, after a failed rollback).
+func (t claimTx) end(ctx context.Context) error {
+	defer t.conn.Release()
+	if t.conn.Conn().PgConn().TxStatus() == 'I' {
+		return nil
+	}
+	_, err := t.conn.Exec(ctx, "ROLLBACK")
+	return err
 }
 
 // window is how many rows a windowed claim of limit considers.
@@ -248,7 +271,7 @@ func RecordStats(ctx context.Context, pool *pgxpool.Pool, stmt, name string, t T
 // batch is a claim held by an open transaction.
 type batch struct {
 	store *Store
-	tx    pgx.Tx
+	tx    claimTx
 	id    string // a uuid, recorded on acknowledged rows when the layout keeps claims
 	rows  []source.Row
 	lease *source.Lease // the lease the batch was claimed under, or nil
@@ -281,52 +304,57 @@ func (b *batch) decodeClaim(vals [][]byte, fds []pgconn.FieldDescription) error 
 
 func (b *batch) Rows() []source.Row { return b.rows }
 
-// end takes the batch off the store's count of batches held, once.
-func (b *batch) end() {
-	if b.ended.CompareAndSwap(false, true) {
-		b.store.held.Add(-1)
+// end takes the batch off the store's count of batches held, once: false
+// when it was already taken off.
+func (b *batch) end() bool {
+	if !b.ended.CompareAndSwap(false, true) {
+		return false
 	}
+	b.store.held.Add(-1)
+	return true
 }
 
 func (b *batch) Release(ctx context.Context) error {
-	b.end()
-	if err := b.tx.Rollback(ctx); err != nil && !errors.Is(err, pgx.ErrTxClosed) {
+	if !b.end() {
+		return nil
+	}
+	if err := b.tx.end(ctx); err != nil {
 		return fmt.Errorf("release claim: %w", err)
 	}
 	return nil
 }
 
-// Complete implements source.Batch: every statement is queued and sent in
-// one round trip, then the transaction commits.
+// Complete implements source.Batch: the lease check (when leased), the
+// writes and COMMIT are one round trip. A lost lease fails its check with an
+// error, which skips the writes and the COMMIT behind it: nothing commits.
 func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
-	defer b.end()
+	if !b.end() {
+		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, errBatchEnded)
+	}
+	defer b.tx.end(context.WithoutCancel(ctx))
 	w := &completion{b: b}
 	c := source.PlanCompletion(b.rows, o, func(i int) bool { return b.retrying[i] })
 	if err := source.WriteCompletion(ctx, w, c, b.lease != nil); err != nil {
-		_ = b.tx.Rollback(context.WithoutCancel(ctx))
 		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
 	}
-	if w.q.Len() > 0 {
-		// One round trip: the lease check (when leased) first, then the
-		// writes; a lost lease rolls them back before anything commits.
-		br := b.tx.SendBatch(ctx, &w.q)
-		err := error(nil)
-		if b.lease != nil {
-			err = b.leaseHeld(br)
-		}
-		if cerr := br.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			_ = b.tx.Rollback(context.WithoutCancel(ctx))
-			return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
-		}
+	w.q.Queue("COMMIT")
+	br := b.tx.conn.SendBatch(ctx, &w.q)
+	err := error(nil)
+	if b.lease != nil {
+		err = b.leaseHeld(br)
 	}
-	if err := b.tx.Commit(ctx); err != nil {
-		return fmt.Errorf("complete batch on %s: commit: %w", b.store.opts.Table, err)
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
 	}
 	return nil
 }
+
+// errBatchEnded is the error of a batch completed after it was completed
+// or released.
+var errBatchEnded = errors.New("the batch was already completed or released")
 
 // completion queues a batch's completion statements (source.CompletionWriter).
 type completion struct {
@@ -396,12 +424,15 @@ func (w *completion) ForgetRetries(_ context.Context, ids []string) error {
 
 // queueLeaseCheck queues the read of the lease the batch was claimed
 // under; leaseHeld reads its answer. The read takes no lock: a lock on the
-// lease row would hold up the owner's own renewals. Queued behind the
+// lease row would hold up the owner's own renewals. When the lease is no
+// longer held the check fails with an error (a division by the number of
+// matching leases, zero), so that the statements queued behind it in the
+// same round trip, COMMIT included, are skipped. Queued behind the
 // statements it must follow or ahead of those it guards, it costs no round
 // trip of its own.
 func (b *batch) queueLeaseCheck(q *pgx.Batch) {
 	l := b.lease
-	q.Queue(`SELECT 1 FROM `+QuoteIdent(b.store.opts.RelaySchema)+`.leases
+	q.Queue(`SELECT 1 / count(*) FROM `+QuoteIdent(b.store.opts.RelaySchema)+`.leases
 WHERE shard = $1 AND owner = $2 AND term = $3`, l.Shard, l.Owner, l.Term)
 }
 
@@ -409,9 +440,9 @@ WHERE shard = $1 AND owner = $2 AND term = $3`, l.Shard, l.Owner, l.Term)
 // when the lease changed owner or term.
 func (b *batch) leaseHeld(br pgx.BatchResults) error {
 	l := b.lease
-	var one int
+	var one int64
 	err := br.QueryRow().Scan(&one)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "22012" {
 		return fmt.Errorf("%w (term %d of %s)", source.ErrLeaseLost, l.Term, l.Shard)
 	}
 	if err != nil {
