@@ -52,10 +52,10 @@ type Options struct {
 
 // Store is the PostgreSQL store of one source.
 type Store struct {
-	pool  *pgxpool.Pool
-	opts  Options
-	sql   statements
-	idle  string // the claim transaction's idle limit, in milliseconds
+	pool *pgxpool.Pool
+	opts Options
+	sql  statements
+	idle string // the claim transaction's idle limit, in milliseconds
 	// held counts the batches claimed and not yet completed or released:
 	// their rows are locked, and the next claim's window reaches past them.
 	held atomic.Int64
