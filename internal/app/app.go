@@ -40,6 +40,9 @@ type App struct {
 	dbs map[string]driver.DB
 	// leases are each database's lease table for this process.
 	leases map[string]*lease.Leases
+	// balancers share each database's sources among the replicas (Run
+	// sets it).
+	balancers *balancers
 
 	kgoOpts       []kgo.Opt
 	tracer        any

@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"sync"
 
 	"github.com/outbox-relay/outbox-relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
@@ -9,9 +10,10 @@ import (
 )
 
 // runLeased relays a source only while this process holds its lease (see
-// lease.Leases.Hold): the lease table is its database's, the fence its
-// store's, and each term builds a new worker with the source's retention
-// and queue maintenance beside it.
+// lease.Leases.Hold): the lease table is its database's, shared with the
+// other replicas through its balancer, the fence its store's, and each term
+// builds a new worker with the source's retention and queue maintenance
+// beside it.
 func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build func() *relay.Worker) {
 	ttl := a.cfg.LeaseTTL.D()
 	o := lease.HoldOptions{Shard: s.Name, TTL: ttl, Table: s.TableName(), Logger: a.log.With("source", s.Name),
@@ -25,6 +27,7 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 		n := max(s.Config.BatchSize, 1) * max(s.Config.Pipeline, 1) * 2
 		o.Settle = func(ctx context.Context) error { return st.Settle(ctx, n, ttl) }
 	}
+	o.Balancer = a.balancer(s.Config.Database)
 	a.leases[s.Config.Database].Hold(ctx, o, func(ctx context.Context) {
 		r.holding()
 		w := build()
@@ -37,4 +40,47 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 		r.set(nil)
 		r.released()
 	})
+}
+
+// balancers start each database's balancer on first use: it registers this
+// process among the replicas and shares the database's sources with them;
+// on PostgreSQL a hand-over or a replica leaving or joining wakes it at
+// once (NOTIFY on the relay schema's channel).
+type balancers struct {
+	ctx    context.Context
+	wg     *sync.WaitGroup
+	listen func(db string) driver.Listener // nil when the database cannot notify
+
+	mu sync.Mutex
+	by map[string]*lease.Balancer
+}
+
+// balancer returns database db's balancer, started on first use.
+func (a *App) balancer(db string) *lease.Balancer {
+	bs := a.balancers
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if b, ok := bs.by[db]; ok {
+		return b
+	}
+	b := lease.NewBalancer(a.leases[db], a.cfg.LeaseTTL.D(), a.log.With("database", db))
+	if bs.by == nil {
+		bs.by = map[string]*lease.Balancer{}
+	}
+	bs.by[db] = b
+	bs.wg.Go(func() { b.Run(bs.ctx) })
+	if l := bs.listen(db); l != nil {
+		woken := l.SubscribeLeases()
+		bs.wg.Go(func() {
+			for {
+				select {
+				case <-bs.ctx.Done():
+					return
+				case <-woken:
+					b.Nudge()
+				}
+			}
+		})
+	}
+	return b
 }

@@ -89,6 +89,12 @@ func (a *App) Run(ctx context.Context) error {
 		return a.dbs[db].(driver.Notifier).Listener(channel, a.log.With("database", db, "channel", channel))
 	}}
 	listenerFor := ls.get
+	a.balancers = &balancers{ctx: ctx, wg: &wg, listen: func(db string) driver.Listener {
+		if _, ok := a.dbs[db].(driver.Notifier); !ok {
+			return nil
+		}
+		return listenerFor(db, a.cfg.RelaySchema)
+	}}
 	start := func(s *Source) error {
 		// Discovery rules run concurrently: reserve the name first.
 		r := newRunningSource(s.Config)

@@ -15,6 +15,7 @@ type fakeListener struct{ db string }
 func (*fakeListener) Run(context.Context) error                  { return nil }
 func (*fakeListener) SubscribeAll() <-chan struct{}              { return nil }
 func (*fakeListener) Subscribe(driver.TableName) <-chan struct{} { return nil }
+func (*fakeListener) SubscribeLeases() <-chan struct{}           { return nil }
 
 // Discovery rules start sources from several goroutines at once: each
 // database and channel still gets exactly one listener (run with -race).

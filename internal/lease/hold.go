@@ -30,6 +30,11 @@ type HoldOptions struct {
 	// Standby, when not nil, is told each time the lease could not be had:
 	// err is why, nil when another replica holds it.
 	Standby func(err error)
+	// Balancer, when not nil, shares the shards among the live replicas:
+	// the lease is taken only within this process's share, handed over
+	// when the census says so, and handed to a successor on shutdown.
+	// Nil takes the shard whenever it is free.
+	Balancer *Balancer
 }
 
 // Hold runs work while this owner holds the shard's lease, and returns once
@@ -50,9 +55,14 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	b := o.Balancer
+	if b != nil {
+		b.join(o.Shard)
+		defer b.part(o.Shard)
+	}
 	standby, held := false, false
 	for ctx.Err() == nil {
-		ls, err := l.Acquire(ctx, o.Shard, o.TTL)
+		ls, err := l.acquireFair(ctx, o.Shard, o.TTL, b)
 		if err != nil || ls == nil {
 			switch {
 			case err != nil:
@@ -68,16 +78,29 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 			if o.Standby != nil && ctx.Err() == nil {
 				o.Standby(err)
 			}
-			sleepCtx(ctx, o.TTL/3)
+			var changed <-chan struct{}
+			if b != nil {
+				changed = b.Changed()
+			}
+			select {
+			case <-ctx.Done():
+			case <-changed:
+			case <-time.After(o.TTL / 3):
+			}
 			continue
 		}
 		standby, held = false, true
+		var giveUp <-chan string
+		if b != nil {
+			giveUp = b.holding(o.Shard)
+		}
 		wctx, stop := context.WithCancel(ctx)
 		renewed := make(chan struct{})
+		successor := ""
 		go func() {
 			defer close(renewed)
 			// A loss keep reports is logged there, not again above.
-			l.keep(wctx, ls, o.TTL, log, func() { held = false; stop() })
+			successor = l.keep(wctx, ls, o.TTL, log, giveUp, func() { held = false; stop() })
 		}()
 		if ls.PreviousOwner != "" {
 			log.Info("took over the source", "previous_owner", ls.PreviousOwner, "term", ls.Term)
@@ -96,12 +119,23 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 		}
 		stop()
 		<-renewed
-		if ctx.Err() != nil {
+		if ctx.Err() != nil && b != nil {
+			successor = b.successor()
+		}
+		if successor != "" || ctx.Err() != nil {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-			if err := l.Release(rctx, ls); err != nil {
+			if err := l.HandOver(rctx, ls, successor); err != nil {
 				log.Warn("release lease", "err", err)
+			} else if successor != "" {
+				log.Info("handed the source over", "successor", successor, "term", ls.Term)
 			}
 			cancel()
+			held = false
+		}
+		if b != nil {
+			b.released(o.Shard)
+		}
+		if ctx.Err() != nil {
 			return
 		}
 	}
@@ -144,31 +178,35 @@ func (l *Leases) handOver(ctx context.Context, o HoldOptions, ls *Lease, log *sl
 
 // keep renews the lease until ctx ends; it calls lost when the lease is
 // gone or could not be renewed for half its TTL (the trust window: a holder
-// stops before its lease can have expired and been taken over).
-func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *slog.Logger, lost func()) {
+// stops before its lease can have expired and been taken over), and when
+// giveUp names a successor, which it then returns.
+func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *slog.Logger, giveUp <-chan string, lost func()) string {
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
 	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			return
+			return ""
+		case successor := <-giveUp:
+			lost()
+			return successor
 		case <-t.C:
 		}
 		ok, err := l.Renew(ctx, ls, ttl)
 		switch {
 		case ctx.Err() != nil:
-			return // the work stopped: Hold goes on
+			return "" // the work stopped: Hold goes on
 		case err == nil && ok:
 			last = time.Now()
 		case err == nil:
 			log.Warn("lease lost to another replica; stopping", "term", ls.Term)
 			lost()
-			return
+			return ""
 		case time.Since(last) > ttl/2:
 			log.Error("lease could not be renewed; stopping", "err", err)
 			lost()
-			return
+			return ""
 		}
 	}
 }

@@ -53,10 +53,25 @@ func decide(row *Row, owner string) step {
 // Store's Alive says so) is not waited for: its lease is expired at once,
 // so a restarted relay resumes right away.
 func (l *Leases) Acquire(ctx context.Context, shard string, ttl time.Duration) (*Lease, error) {
+	return l.acquireFair(ctx, shard, ttl, nil)
+}
+
+// acquireFair is Acquire under a balancer (nil: take whatever is free): a
+// lease handed over to another replica is left to it while reserved, and a
+// free or expired one is taken only while b says this process holds less
+// than its share. Its own lease, or one handed to it, it always takes.
+func (l *Leases) acquireFair(ctx context.Context, shard string, ttl time.Duration, b *Balancer) (*Lease, error) {
+	get := &GetParams{Shard: shard}
+	if b != nil {
+		get.Reserve = b.reserve()
+	}
 	for gone := false; ; gone = true {
-		row, err := l.store.Get(ctx, &GetParams{Shard: shard})
+		row, err := l.store.Get(ctx, get)
 		if err != nil {
 			return nil, fmt.Errorf("acquire lease on %s: %w", shard, err)
+		}
+		if b != nil && !b.mayAcquire(row, l.owner) {
+			return nil, nil
 		}
 		if decide(row, l.owner) != stepWait {
 			return l.acquire(ctx, shard, ttl, row)
@@ -122,8 +137,13 @@ func (l *Leases) Renew(ctx context.Context, ls *Lease, ttl time.Duration) (bool,
 
 // Release ends a lease now so that another replica can take the shard
 // without waiting for it to expire.
-func (l *Leases) Release(ctx context.Context, ls *Lease) error {
-	if err := l.store.Expire(ctx, &ExpireParams{Shard: ls.Shard, Owner: ls.Owner, Term: ls.Term}); err != nil {
+func (l *Leases) Release(ctx context.Context, ls *Lease) error { return l.HandOver(ctx, ls, "") }
+
+// HandOver ends a lease now and names successor as the replica to take it
+// (see ExpireParams.Successor); "" names none.
+func (l *Leases) HandOver(ctx context.Context, ls *Lease, successor string) error {
+	err := l.store.Expire(ctx, &ExpireParams{Shard: ls.Shard, Owner: ls.Owner, Term: ls.Term, Successor: successor})
+	if err != nil {
 		return fmt.Errorf("release lease on %s: %w", ls.Shard, err)
 	}
 	return nil
@@ -143,4 +163,25 @@ func (l *Leases) Ended(ctx context.Context, ls *Lease) error {
 // it may not end it waits for, saying so in the error passed to warn.
 func (l *Leases) EndOwner(ctx context.Context, owner, table string, warn func(error)) error {
 	return l.store.EndOwner(ctx, &EndOwnerParams{Owner: owner, Table: table, Warn: warn})
+}
+
+// Row reads shard's lease row as stored (nil when there is none); a
+// hand-over counts as reserved for its successor within reserve of it.
+func (l *Leases) Row(ctx context.Context, shard string, reserve time.Duration) (*Row, error) {
+	r, err := l.store.Get(ctx, &GetParams{Shard: shard, Reserve: reserve})
+	if err != nil {
+		return nil, fmt.Errorf("read lease of %s: %w", shard, err)
+	}
+	return r, nil
+}
+
+// Census registers this owner as a live replica for ttl and returns every
+// live replica with how many of shards it holds (see Store.Census).
+func (l *Leases) Census(ctx context.Context, ttl time.Duration, shards []string) (map[string]int, error) {
+	return l.store.Census(ctx, &CensusParams{Owner: l.owner, TTL: ttl, Shards: shards})
+}
+
+// Leave removes this owner from the live replicas.
+func (l *Leases) Leave(ctx context.Context) error {
+	return l.store.Leave(ctx, &LeaveParams{Owner: l.owner})
 }

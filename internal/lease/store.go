@@ -39,6 +39,13 @@ type Store interface {
 	// left (or ctx ends). What it may not end it waits for, saying so
 	// through p.Warn.
 	EndOwner(ctx context.Context, p *EndOwnerParams) error
+	// Census registers p.Owner as a live replica until p.TTL from now and
+	// returns every live replica (registered, unexpired and alive as Alive
+	// says) with how many of p.Shards it holds unexpired; p.Owner is
+	// always in it.
+	Census(ctx context.Context, p *CensusParams) (map[string]int, error)
+	// Leave removes p.Owner from the live replicas.
+	Leave(ctx context.Context, p *LeaveParams) error
 }
 
 // Row is a shard's lease row as stored.
@@ -47,11 +54,17 @@ type Row struct {
 	Term    int64
 	Expired bool   // expires_at is past, by the database's clock
 	Unended string // JoinOwners of the owners to end
+	// Successor is the replica the lease was handed to when its holder
+	// gave it up; Reserved says the hand-over is recent (within
+	// GetParams.Reserve of its end), so that only the successor takes it.
+	Successor string
+	Reserved  bool
 }
 
 // GetParams names the shard to read.
 type GetParams struct {
-	Shard string
+	Shard   string
+	Reserve time.Duration // how long a handed-over lease stays its successor's
 }
 
 // InsertParams create a shard's first lease.
@@ -85,6 +98,22 @@ type ExpireParams struct {
 	Shard string
 	Owner string
 	Term  int64
+	// Successor, when set, is the replica the lease is handed to: it alone
+	// may take it for a while, and replicas waiting for leases are told at
+	// once where the dialect can (PostgreSQL: NOTIFY).
+	Successor string
+}
+
+// CensusParams register a replica and name the shards it counts.
+type CensusParams struct {
+	Owner  string
+	TTL    time.Duration
+	Shards []string
+}
+
+// LeaveParams name a replica that stops.
+type LeaveParams struct {
+	Owner string
 }
 
 // EndedParams say the lease's holder ended every owner it named.

@@ -102,6 +102,9 @@ var relayTables = []RelayTable{
 	{"failed_event_audit", []string{"SELECT", "INSERT", "DELETE"}},
 	{"retry_state", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	{"leases", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	// Each replica registers with a heartbeat and removes itself, and
+	// those gone for an hour.
+	{"replicas", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
 	// run reads it at start to find the migrations still to apply.
 	{"goose_db_version", []string{"SELECT"}},
 }

@@ -25,7 +25,14 @@
 //     fenced by it, releases it when stopped (another owner takes it at
 //     once), stops the work when a renewal finds the lease taken, and,
 //     taking a lease over, ends every unended owner's claims before the
-//     work claims anything.
+//     work claims anything;
+//   - a census counts the live replicas and the shards each holds (not a
+//     dead one, nor one that left); a lease handed over is reserved for its
+//     successor;
+//   - replicas running Hold under a Balancer share the shards: one alone
+//     holds all, a joining one gets its share from the others, a leaving
+//     one's shards are taken within a third of the TTL, and no shard's work
+//     ever runs in two owners at once.
 package leasetest
 
 import (
@@ -96,6 +103,9 @@ func Run(t *testing.T, h Harness) {
 		{"UnendedOwners", testUnendedOwners},
 		{"HoldReleasesOnStop", testHoldReleases},
 		{"HoldStopsWhenLost", testHoldStopsWhenLost},
+		{"Census", testCensus},
+		{"HandOverReserved", testHandOverReserved},
+		{"Balance", testBalance},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

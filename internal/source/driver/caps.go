@@ -38,6 +38,9 @@ type Listener interface {
 	SubscribeAll() <-chan struct{}
 	// Subscribe wakes on the notifications about table t.
 	Subscribe(t TableName) <-chan struct{}
+	// SubscribeLeases wakes when a lease is handed over or a replica
+	// leaves (on the relay schema's channel).
+	SubscribeLeases() <-chan struct{}
 }
 
 // DeadLetters is a DB whose relay schema keeps dead letters.

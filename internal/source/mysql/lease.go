@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -137,8 +138,9 @@ func (l *LeaseStore) Get(ctx context.Context, p *lease.GetParams) (*lease.Row, e
 		return nil, err
 	}
 	var r lease.Row
-	err := l.db.QueryRowContext(ctx, "SELECT owner, term, expires_at < "+now+", unended FROM "+l.rdb+".leases WHERE shard = ?",
-		p.Shard).Scan(&r.Owner, &r.Term, &r.Expired, &r.Unended)
+	err := l.db.QueryRowContext(ctx, "SELECT owner, term, expires_at < "+now+", unended, successor, "+
+		"successor <> '' AND expires_at > "+now+" - INTERVAL ? MICROSECOND FROM "+l.rdb+".leases WHERE shard = ?",
+		p.Reserve.Microseconds(), p.Shard).Scan(&r.Owner, &r.Term, &r.Expired, &r.Unended, &r.Successor, &r.Reserved)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, nil
 	}
@@ -165,7 +167,7 @@ func isDuplicate(err error) bool {
 
 // Take implements lease.Store.
 func (l *LeaseStore) Take(ctx context.Context, p *lease.TakeParams) (bool, error) {
-	return l.update(ctx, "owner = ?, term = term + 1, acquired_at = "+now+", expires_at = "+now+" + INTERVAL ? MICROSECOND, unended = ?",
+	return l.update(ctx, "owner = ?, term = term + 1, acquired_at = "+now+", expires_at = "+now+" + INTERVAL ? MICROSECOND, unended = ?, successor = ''",
 		" AND expires_at < "+now, []any{p.Owner, p.TTL.Microseconds(), p.Unended}, p.Shard, p.Holder, p.Term)
 }
 
@@ -181,10 +183,79 @@ func (l *LeaseStore) Renew(ctx context.Context, p *lease.RenewParams) (bool, err
 	return l.update(ctx, "expires_at = "+now+" + INTERVAL ? MICROSECOND", cond, []any{p.TTL.Microseconds()}, p.Shard, p.Owner, p.Term)
 }
 
-// Expire implements lease.Store.
+// Expire implements lease.Store. MySQL has no notifications: the
+// successor takes a handed-over lease at its next attempt.
 func (l *LeaseStore) Expire(ctx context.Context, p *lease.ExpireParams) error {
-	_, err := l.update(ctx, "expires_at = "+now+" - INTERVAL 1 MICROSECOND", "", nil, p.Shard, p.Owner, p.Term)
+	_, err := l.update(ctx, "expires_at = "+now+" - INTERVAL 1 MICROSECOND, successor = ?", "", []any{p.Successor}, p.Shard, p.Owner, p.Term)
 	return err
+}
+
+// Census implements lease.Store: a replica is alive while its heartbeat is
+// unexpired and a connection holds its liveness lock.
+func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[string]int, error) {
+	if err := l.stayAlive(ctx); err != nil {
+		return nil, err
+	}
+	_, err := l.db.ExecContext(ctx, "INSERT INTO "+l.rdb+".replicas (owner, expires_at) VALUES (?, "+now+" + INTERVAL ? MICROSECOND) "+
+		"ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)", p.Owner, p.TTL.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("census of the replicas: %w", err)
+	}
+	if _, err := l.db.ExecContext(ctx, "DELETE FROM "+l.rdb+".replicas WHERE expires_at < "+now+" - INTERVAL 1 HOUR"); err != nil {
+		return nil, fmt.Errorf("census of the replicas: %w", err)
+	}
+	counts := map[string]int{p.Owner: 0}
+	rows, err := l.db.QueryContext(ctx, "SELECT owner FROM "+l.rdb+".replicas WHERE owner <> ? AND expires_at > "+now+
+		" AND IS_USED_LOCK(CONCAT('outbox-relay ', LEFT(SHA2(owner, 256), 20), ' live')) IS NOT NULL", p.Owner)
+	if err != nil {
+		return nil, fmt.Errorf("census of the replicas: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var o string
+		if err := rows.Scan(&o); err != nil {
+			return nil, fmt.Errorf("census of the replicas: %w", err)
+		}
+		counts[o] = 0
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("census of the replicas: %w", err)
+	}
+	if len(p.Shards) == 0 {
+		return counts, nil
+	}
+	q := "SELECT owner, COUNT(*) FROM " + l.rdb + ".leases WHERE expires_at >= " + now + " AND shard IN (?" +
+		strings.Repeat(", ?", len(p.Shards)-1) + ") GROUP BY owner"
+	args := make([]any, len(p.Shards))
+	for i, s := range p.Shards {
+		args[i] = s
+	}
+	held, err := l.db.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("census of the replicas: %w", err)
+	}
+	defer held.Close()
+	for held.Next() {
+		var (
+			o string
+			n int
+		)
+		if err := held.Scan(&o, &n); err != nil {
+			return nil, fmt.Errorf("census of the replicas: %w", err)
+		}
+		if _, live := counts[o]; live {
+			counts[o] = n
+		}
+	}
+	return counts, held.Err()
+}
+
+// Leave implements lease.Store.
+func (l *LeaseStore) Leave(ctx context.Context, p *lease.LeaveParams) error {
+	if _, err := l.db.ExecContext(ctx, "DELETE FROM "+l.rdb+".replicas WHERE owner = ?", p.Owner); err != nil {
+		return fmt.Errorf("leave the replicas: %w", err)
+	}
+	return nil
 }
 
 // Ended implements lease.Store.

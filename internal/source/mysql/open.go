@@ -93,6 +93,8 @@ func ownerConnPrefix(owner string) string {
 }
 
 // ownerLiveLock is the lock a Leases holds while its process lives.
+//
+// LeaseStore.Census computes the same name in SQL: keep them together.
 func ownerLiveLock(owner string) string {
 	h := sha256.Sum256([]byte(owner))
 	return "outbox-relay " + hex.EncodeToString(h[:10]) + " live"

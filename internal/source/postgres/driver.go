@@ -152,6 +152,8 @@ func (l adaptedListener) Subscribe(t driver.TableName) <-chan struct{} {
 	return l.Listener.Subscribe(Table(t))
 }
 
+func (l adaptedListener) SubscribeLeases() <-chan struct{} { return l.Listener.subscribe(LeasePayload) }
+
 // adaptedTable is an outbox table of a PostgreSQL database.
 type adaptedTable struct {
 	db   *adaptedDB

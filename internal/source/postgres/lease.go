@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -26,15 +27,18 @@ func NewLeases(pool *pgxpool.Pool, relaySchema, owner string) *lease.Leases {
 // LeaseStore is the lease table of a relay schema: lease.Store in
 // PostgreSQL's SQL.
 type LeaseStore struct {
-	pool   *pgxpool.Pool
-	schema string
+	pool    *pgxpool.Pool
+	schema  string // quoted
+	channel string // the relay schema's NOTIFY channel
+	// announced says this replica's arrival was told to the others.
+	announced atomic.Bool
 }
 
 var _ lease.Store = (*LeaseStore)(nil)
 
 // NewLeaseStore returns the lease table of relaySchema.
 func NewLeaseStore(pool *pgxpool.Pool, relaySchema string) *LeaseStore {
-	return &LeaseStore{pool: pool, schema: QuoteIdent(relaySchema)}
+	return &LeaseStore{pool: pool, schema: QuoteIdent(relaySchema), channel: relaySchema}
 }
 
 // LeaseFence implements lease.Fenced.
@@ -43,8 +47,10 @@ func (s *Store) LeaseFence() *lease.Fence { return &s.Fence }
 // Get implements lease.Store.
 func (l *LeaseStore) Get(ctx context.Context, p *lease.GetParams) (*lease.Row, error) {
 	var r lease.Row
-	err := l.pool.QueryRow(ctx, `SELECT owner, term, expires_at < now(), unended FROM `+l.schema+`.leases WHERE shard = $1`,
-		p.Shard).Scan(&r.Owner, &r.Term, &r.Expired, &r.Unended)
+	err := l.pool.QueryRow(ctx, `SELECT owner, term, expires_at < now(), unended, successor,
+  successor <> '' AND expires_at > now() - $2 * interval '1 millisecond'
+FROM `+l.schema+`.leases WHERE shard = $1`,
+		p.Shard, p.Reserve.Milliseconds()).Scan(&r.Owner, &r.Term, &r.Expired, &r.Unended, &r.Successor, &r.Reserved)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, nil
 	}
@@ -64,7 +70,7 @@ VALUES ($1, $2, 1, now() + $3 * interval '1 millisecond') ON CONFLICT (shard) DO
 // Take implements lease.Store.
 func (l *LeaseStore) Take(ctx context.Context, p *lease.TakeParams) (bool, error) {
 	tag, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET owner = $4, term = term + 1, acquired_at = now(),
-  expires_at = now() + $5 * interval '1 millisecond', unended = $6
+  expires_at = now() + $5 * interval '1 millisecond', unended = $6, successor = ''
 WHERE shard = $1 AND owner = $2 AND term = $3 AND expires_at < now()`,
 		p.Shard, p.Holder, p.Term, p.Owner, p.TTL.Milliseconds(), p.Unended)
 	return err == nil && tag.RowsAffected() == 1, err
@@ -81,11 +87,67 @@ WHERE shard = $1 AND owner = $2 AND term = $3`
 	return err == nil && tag.RowsAffected() == 1, err
 }
 
-// Expire implements lease.Store.
+// Expire implements lease.Store: a lease handed to a successor is
+// announced on the relay schema's channel (payload LeasePayload), so that
+// the successor takes it at once.
 func (l *LeaseStore) Expire(ctx context.Context, p *lease.ExpireParams) error {
-	_, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET expires_at = now() - interval '1 millisecond'
-WHERE shard = $1 AND owner = $2 AND term = $3`, p.Shard, p.Owner, p.Term)
+	_, err := l.pool.Exec(ctx, `WITH e AS (
+  UPDATE `+l.schema+`.leases SET expires_at = now() - interval '1 millisecond', successor = $4
+  WHERE shard = $1 AND owner = $2 AND term = $3 RETURNING 1)
+SELECT pg_notify($5, $6) FROM e WHERE $4 <> ''`, p.Shard, p.Owner, p.Term, p.Successor, l.channel, LeasePayload)
 	return err
+}
+
+// LeasePayload is the payload of the notification that a lease was handed
+// over or a replica left.
+const LeasePayload = "lease"
+
+// Census implements lease.Store: the heartbeat, the count and the removal
+// of replicas gone for an hour are one statement; a replica's first
+// census is announced (payload LeasePayload), so that the others make room
+// for it at once. A replica is alive while its heartbeat is unexpired
+// and a session carries its ApplicationName.
+func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[string]int, error) {
+	rows, err := l.pool.Query(ctx, `WITH beat AS (
+  INSERT INTO `+l.schema+`.replicas AS r (owner, expires_at) VALUES ($1, now() + $2 * interval '1 millisecond')
+  ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at),
+gone AS (DELETE FROM `+l.schema+`.replicas WHERE expires_at < now() - interval '1 hour')
+SELECT o.owner, (SELECT count(*) FROM `+l.schema+`.leases s
+  WHERE s.owner = o.owner AND s.expires_at >= now() AND s.shard = ANY($3))
+FROM (SELECT $1::text AS owner UNION
+  SELECT r.owner FROM `+l.schema+`.replicas r
+  WHERE r.owner <> $1 AND r.expires_at > now()
+    AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = left('outbox-relay ' || r.owner, 63))) o`,
+		p.Owner, p.TTL.Milliseconds(), p.Shards)
+	if err != nil {
+		return nil, fmt.Errorf("census of the replicas: %w", err)
+	}
+	counts := map[string]int{p.Owner: 0}
+	var (
+		owner string
+		n     int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&owner, &n}, func() error { counts[owner] = n; return nil })
+	if err != nil {
+		return nil, fmt.Errorf("census of the replicas: %w", err)
+	}
+	if !l.announced.Load() {
+		if _, err := l.pool.Exec(ctx, "SELECT pg_notify($1, $2)", l.channel, LeasePayload); err != nil {
+			return nil, fmt.Errorf("announce this replica: %w", err)
+		}
+		l.announced.Store(true)
+	}
+	return counts, nil
+}
+
+// Leave implements lease.Store, and tells the other replicas.
+func (l *LeaseStore) Leave(ctx context.Context, p *lease.LeaveParams) error {
+	_, err := l.pool.Exec(ctx, `WITH d AS (DELETE FROM `+l.schema+`.replicas WHERE owner = $1 RETURNING 1)
+SELECT pg_notify($2, $3) FROM d`, p.Owner, l.channel, LeasePayload)
+	if err != nil {
+		return fmt.Errorf("leave the replicas: %w", err)
+	}
+	return nil
 }
 
 // Ended implements lease.Store.

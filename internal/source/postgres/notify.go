@@ -100,10 +100,13 @@ func (l *Listener) SubscribeAll() <-chan struct{} {
 
 // Subscribe returns a channel that receives a signal (coalesced) whenever
 // rows are inserted into t.
-func (l *Listener) Subscribe(t Table) <-chan struct{} {
+func (l *Listener) Subscribe(t Table) <-chan struct{} { return l.subscribe(t.Schema + "." + t.Name) }
+
+// subscribe returns a channel that receives a signal (coalesced) on every
+// notification whose payload is key.
+func (l *Listener) subscribe(key string) <-chan struct{} {
 	ch := make(chan struct{}, 1)
 	l.mu.Lock()
-	key := t.Schema + "." + t.Name
 	l.wakes[key] = append(l.wakes[key], ch)
 	l.mu.Unlock()
 	return ch

@@ -1,0 +1,237 @@
+package lease
+
+import (
+	"cmp"
+	"context"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+)
+
+// Share is one replica's fair share of shards among replicas: shards ÷
+// replicas, rounded up.
+func Share(shards, replicas int) int {
+	if replicas < 1 {
+		return shards
+	}
+	return (shards + replicas - 1) / replicas
+}
+
+// leastLoaded is the live replica other than me that holds the fewest
+// shards (the first by name among equals), or "" when there is none.
+func leastLoaded(counts map[string]int, me string) string {
+	best := ""
+	for _, o := range slices.Sorted(maps.Keys(counts)) {
+		if o != me && (best == "" || counts[o] < counts[best]) {
+			best = o
+		}
+	}
+	return best
+}
+
+// handOvers is the one rule of balance: given how many shards each live
+// replica holds (counts, me among them) and how many shards there are, it
+// returns the replicas me hands a shard to now, one entry per shard. A
+// shard moves only to a replica holding at least two fewer than me (never
+// a hot potato: the taker ends with no more than the giver had). Above its
+// share a replica gives down to its share; at or below it, one shard a
+// round, so that replicas giving at the same time do not pile their shards
+// on one taker.
+func handOvers(counts map[string]int, me string, shards int) []string {
+	c := maps.Clone(counts)
+	share := Share(shards, len(c))
+	var out []string
+	for {
+		t := leastLoaded(c, me)
+		if t == "" || c[me] < c[t]+2 || (c[me] <= share && len(out) > 0) {
+			return out
+		}
+		c[me]--
+		c[t]++
+		out = append(out, t)
+	}
+}
+
+// Balancer shares one database's shards among the relay processes that
+// run them: it registers this process as a live replica with a heartbeat,
+// takes a census of the live replicas and of the shards each holds, and
+// from it says whether this process may take a free shard (while it holds
+// fewer than its share) and which of its shards to hand over to whom (see
+// handOvers). Hold asks it before every acquisition and tells it what it
+// holds. One Balancer serves every shard of a Leases.
+type Balancer struct {
+	leases *Leases
+	ttl    time.Duration
+	log    *slog.Logger
+
+	mu      sync.Mutex
+	shards  map[string]int         // shards run here (a count of Hold loops each)
+	held    map[string]chan string // shards held here: where to send a successor
+	giving  map[string]bool        // shards being handed over
+	counts  map[string]int         // the last census, or nil before the first
+	changed chan struct{}          // closed (and replaced) when the census changes
+	nudge   chan struct{}
+}
+
+// NewBalancer returns the balancer of l's shards; leases last ttl, the
+// heartbeat and census run every third of it. Run must be running for
+// Hold to acquire anything through it.
+func NewBalancer(l *Leases, ttl time.Duration, log *slog.Logger) *Balancer {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Balancer{leases: l, ttl: ttl, log: log, shards: map[string]int{}, held: map[string]chan string{},
+		giving: map[string]bool{}, changed: make(chan struct{}), nudge: make(chan struct{}, 1)}
+}
+
+// Nudge asks for a census now: a lease was handed over or a replica left
+// (a NOTIFY on PostgreSQL).
+func (b *Balancer) Nudge() {
+	select {
+	case b.nudge <- struct{}{}:
+	default:
+	}
+}
+
+// Run keeps this process registered and the census current until ctx
+// ends, then leaves the replicas so that the others count without it.
+func (b *Balancer) Run(ctx context.Context) {
+	t := time.NewTicker(b.ttl / 3)
+	defer t.Stop()
+	for {
+		if err := b.census(ctx); err != nil && ctx.Err() == nil {
+			b.log.Warn("replica census", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			if err := b.leases.Leave(lctx); err != nil {
+				b.log.Warn("leaving the replicas", "err", err)
+			}
+			cancel()
+			return
+		case <-t.C:
+		case <-b.nudge:
+		}
+	}
+}
+
+// census registers this process, counts the live replicas' shards and
+// hands over this process's surplus.
+func (b *Balancer) census(ctx context.Context) error {
+	b.mu.Lock()
+	shards := slices.Sorted(maps.Keys(b.shards))
+	b.mu.Unlock()
+	counts, err := b.leases.Census(ctx, b.ttl, shards)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	me := b.leases.owner
+	counts[me] = len(b.held) // this process knows its own best
+	// Every census wakes the shards standing by: the share, the shards
+	// or a reservation may have changed.
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.counts = counts
+	if len(b.giving) > 0 {
+		return nil // the last hand-over is not over: the census does not show it yet
+	}
+	to := handOvers(counts, me, len(b.shards))
+	// The shards handed over are the last by name: which ones does not
+	// matter, that a census picks the same ones again does.
+	mine := slices.Sorted(maps.Keys(b.held))
+	for i, successor := range to {
+		shard := mine[len(mine)-1-i]
+		b.giving[shard] = true
+		b.held[shard] <- successor
+	}
+	if len(to) > 0 {
+		b.log.Info("handing shards over to balance the replicas", "shards", len(to), "replicas", len(counts),
+			"share", Share(len(b.shards), len(counts)))
+	}
+	return nil
+}
+
+// Changed returns a channel closed at the next census.
+func (b *Balancer) Changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
+// join and part count a Hold loop of shard in and out.
+func (b *Balancer) join(shard string) {
+	b.mu.Lock()
+	b.shards[shard]++
+	b.mu.Unlock()
+	b.Nudge()
+}
+
+func (b *Balancer) part(shard string) {
+	b.mu.Lock()
+	if b.shards[shard]--; b.shards[shard] <= 0 {
+		delete(b.shards, shard)
+	}
+	b.mu.Unlock()
+}
+
+// mayAcquire says whether owner (this process) may acquire the lease in
+// row now: a lease handed over and still reserved only by its successor
+// (not even by the owner that handed it over); its own lease always; any
+// other (none yet, free, expired, or another's whose process is gone) only
+// after the first census and while it holds fewer than its share.
+func (b *Balancer) mayAcquire(row *Row, owner string) bool {
+	switch {
+	case row != nil && row.Expired && row.Reserved:
+		return row.Successor == owner
+	case row != nil && row.Owner == owner:
+		return true
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.counts != nil && len(b.held) < Share(len(b.shards), len(b.counts))
+}
+
+// holding records shard as held here; the channel receives the replica to
+// hand it to when the census says so.
+func (b *Balancer) holding(shard string) <-chan string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ch := make(chan string, 1)
+	b.held[shard] = ch
+	if b.counts != nil {
+		b.counts[b.leases.owner] = len(b.held)
+	}
+	return ch
+}
+
+// released records shard as no longer held here.
+func (b *Balancer) released(shard string) {
+	b.mu.Lock()
+	delete(b.held, shard)
+	delete(b.giving, shard)
+	if b.counts != nil {
+		b.counts[b.leases.owner] = len(b.held)
+	}
+	b.mu.Unlock()
+}
+
+// successor is the replica a shard goes to when this process stops: the
+// least loaded other live replica (counted as holding it from then on), or
+// "" when there is none.
+func (b *Balancer) successor() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := leastLoaded(b.counts, b.leases.owner)
+	if t != "" {
+		b.counts[t]++
+	}
+	return t
+}
+
+// reserve is how long a handed-over shard waits for its successor alone.
+func (b *Balancer) reserve() time.Duration { return cmp.Or(b.ttl/2, time.Second) }

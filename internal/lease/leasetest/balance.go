@@ -1,0 +1,177 @@
+package leasetest
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/outbox-relay/outbox-relay/internal/lease"
+)
+
+// testCensus: a census registers its owner and counts, per live replica,
+// the listed shards it holds unexpired; a replica whose process died or
+// that left is not counted.
+func testCensus(t *testing.T, h Harness) {
+	ctx := context.Background()
+	env := h.NewEnv(t, 0)
+	a, b, c := env.Owner(t, "a"), env.Owner(t, "b"), env.Owner(t, "c")
+	shards := []string{"s1", "s2", "s3"}
+	census := func(o Owner) map[string]int {
+		t.Helper()
+		got, err := o.Leases().Census(ctx, time.Minute, shards)
+		if err != nil {
+			t.Fatalf("%s's census: %v", o.Name(), err)
+		}
+		return got
+	}
+	census(a)
+	census(c)
+	acquire(t, a, "s1", time.Minute, 1, "")
+	acquire(t, a, "s2", time.Minute, 1, "")
+	acquire(t, a, "elsewhere", time.Minute, 1, "") // not one of the shards counted
+	acquire(t, c, "s3", time.Minute, 1, "")
+	if got, want := census(b), map[string]int{a.Name(): 2, b.Name(): 0, c.Name(): 1}; !maps.Equal(got, want) {
+		t.Fatalf("b's census: %v, want %v", got, want)
+	}
+	c.Die(t)
+	if err := b.Leases().Leave(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := census(a), map[string]int{a.Name(): 2}; !maps.Equal(got, want) {
+		t.Fatalf("a's census after c died and b left: %v, want %v", got, want)
+	}
+}
+
+// testHandOverReserved: a lease handed over names its successor, reserved
+// for it for a while; taking it clears the successor.
+func testHandOverReserved(t *testing.T, h Harness) {
+	ctx := context.Background()
+	env := h.NewEnv(t, 0)
+	a, b := env.Owner(t, "a"), env.Owner(t, "b")
+	la := acquire(t, a, "s", time.Minute, 1, "")
+	if err := a.Leases().HandOver(ctx, la, b.Name()); err != nil {
+		t.Fatal(err)
+	}
+	row := func(reserve time.Duration) *lease.Row {
+		t.Helper()
+		r, err := a.Leases().Row(ctx, "s", reserve)
+		if err != nil || r == nil {
+			t.Fatalf("read the lease: %+v %v", r, err)
+		}
+		return r
+	}
+	if r := row(time.Minute); !r.Expired || !r.Reserved || r.Successor != b.Name() {
+		t.Fatalf("handed over: %+v, want expired and reserved for %s", r, b.Name())
+	}
+	if r := row(0); r.Reserved {
+		t.Fatalf("a reservation of no time still holds: %+v", r)
+	}
+	acquire(t, b, "s", time.Minute, 2, a.Name())
+	if r := row(time.Minute); r.Reserved || r.Successor != "" {
+		t.Fatalf("taken by its successor, the lease still names one: %+v", r)
+	}
+}
+
+// holds records which owner runs the work of each shard, and fails the
+// test when two run the same shard's at once.
+type holds struct {
+	t  *testing.T
+	mu sync.Mutex
+	by map[string]string // shard -> owner running its work
+}
+
+func (h *holds) work(owner, shard string) func(ctx context.Context) {
+	return func(ctx context.Context) {
+		h.mu.Lock()
+		if o := h.by[shard]; o != "" {
+			h.t.Errorf("%s runs %s's work while %s does", owner, shard, o)
+		}
+		h.by[shard] = owner
+		h.mu.Unlock()
+		<-ctx.Done()
+		h.mu.Lock()
+		delete(h.by, shard)
+		h.mu.Unlock()
+	}
+}
+
+// counts is how many shards each owner runs.
+func (h *holds) counts() map[string]int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := map[string]int{}
+	for _, o := range h.by {
+		out[o]++
+	}
+	return out
+}
+
+// await waits until the owners run the shards as want says, or fails
+// after d; it returns how long it took.
+func (h *holds) await(want map[string]int, d time.Duration, what string) time.Duration {
+	h.t.Helper()
+	start := time.Now()
+	for tick := time.NewTicker(20 * time.Millisecond); ; <-tick.C {
+		got := h.counts()
+		if maps.Equal(got, want) {
+			tick.Stop()
+			return time.Since(start)
+		}
+		if time.Since(start) > d {
+			h.t.Fatalf("%s: owners run %v after %v, want %v", what, got, d, want)
+		}
+	}
+}
+
+// replica runs an owner's balancer and a Hold per shard, as a relay
+// process does; stop ends them all (a clean leave) and waits.
+func replica(t *testing.T, o Owner, env Env, shards []string, ttl time.Duration, h *holds) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	b := lease.NewBalancer(o.Leases(), ttl, nil)
+	wg.Go(func() { b.Run(ctx) })
+	for _, s := range shards {
+		wg.Go(func() {
+			o.Leases().Hold(ctx, lease.HoldOptions{Shard: s, TTL: ttl, Table: env.Table(), Balancer: b}, h.work(o.Name(), s))
+		})
+	}
+	stopped := false
+	stop = func() {
+		if !stopped {
+			stopped = true
+			cancel()
+			wg.Wait()
+		}
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// testBalance: replicas share the shards, each about its share, taking
+// free shards first and then a joining replica's share from the others; a
+// replica that leaves hands its shards to the others at once; never two
+// run one shard's work at the same time.
+func testBalance(t *testing.T, h Harness) {
+	env := h.NewEnv(t, 0)
+	const ttl = 3 * time.Second
+	shards := make([]string, 6)
+	for i := range shards {
+		shards[i] = fmt.Sprint("s", i)
+	}
+	rec := &holds{t: t, by: map[string]string{}}
+	a, b, c := env.Owner(t, "a"), env.Owner(t, "b"), env.Owner(t, "c")
+	replica(t, a, env, shards, ttl, rec)
+	rec.await(map[string]int{a.Name(): 6}, 10*time.Second, "a alone")
+	replica(t, b, env, shards, ttl, rec)
+	rec.await(map[string]int{a.Name(): 3, b.Name(): 3}, 10*time.Second, "b joins")
+	stopC := replica(t, c, env, shards, ttl, rec)
+	rec.await(map[string]int{a.Name(): 2, b.Name(): 2, c.Name(): 2}, 10*time.Second, "c joins")
+	stopC()
+	// Without a notification (not every dialect has one) the successors
+	// take their shards at their next attempt: a third of the TTL.
+	took := rec.await(map[string]int{a.Name(): 3, b.Name(): 3}, ttl, "c leaves")
+	t.Logf("c's shards taken %v after it left", took)
+}
