@@ -1,0 +1,145 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+)
+
+// TestReplicasShareTheSources: relay processes share a database's sources
+// (12 here) as the issue of scaling out asks: three replicas hold 4 each
+// within 10 s of their start; a fourth takes its share (3 each) within
+// 10 s; one that stops with SIGTERM hands its sources over within a second;
+// one killed with SIGKILL is replaced within the lease TTL.
+func TestReplicasShareTheSources(t *testing.T) {
+	t.Parallel()
+	const sources, ttl = 12, 6 * time.Second
+	bin := buildRelay(t)
+	dsn, pool := pgtest.NewDB(t)
+	cluster := kafkaCluster(t, kfake.SeedTopics(1, "orders"))
+	var cfg strings.Builder
+	fmt.Fprintf(&cfg, `log: {level: info, format: text}
+admin: {listen: "off"}
+shutdown: {timeout: 5s}
+lease_ttl: %s
+databases:
+  main: {dsn: %q}
+sinks:
+  kafka: {type: kafka, brokers: [%q]}
+sources:
+`, ttl, dsn, strings.Join(cluster.ListenAddrs(), ","))
+	for i := range sources {
+		pgtest.Exec(t, pool, fmt.Sprintf(`CREATE TABLE o%02d (id bigserial PRIMARY KEY, k text NOT NULL, payload jsonb NOT NULL,
+  created_at timestamptz NOT NULL DEFAULT now())`, i))
+		fmt.Fprintf(&cfg, `  - {name: s%02d, table: public.o%02d, topic: orders,
+     layout: {id: id, payload: payload, key: "{k}", created_at: created_at, order_by: id, state: {mode: delete}}}
+`, i, i)
+	}
+	path := filepath.Join(t.TempDir(), "relay.yaml")
+	if err := os.WriteFile(path, []byte(cfg.String()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	shares := func(want map[int]int, within time.Duration, what string) time.Duration {
+		t.Helper()
+		start := time.Now()
+		waitFor(t, within, what, func() (bool, string) {
+			got := heldByPID(t, pool)
+			return maps.Equal(got, want), fmt.Sprintf("held by pid: %v, want %v", got, want)
+		})
+		return time.Since(start)
+	}
+	pid := func(p *relayProcess) int { return p.cmd.Process.Pid }
+	// From the moment a replica runs: building a race-enabled process and
+	// migrating take seconds of their own on a loaded machine.
+	running := func(ps ...*relayProcess) {
+		t.Helper()
+		waitFor(t, 60*time.Second, "the replicas running", func() (bool, string) {
+			for _, p := range ps {
+				if !strings.Contains(p.out.String(), "relay starting") {
+					return false, fmt.Sprintf("pid %d not started", pid(p))
+				}
+			}
+			return true, ""
+		})
+	}
+	a, b, c := startRelay(t, bin, path), startRelay(t, bin, path), startRelay(t, bin, path)
+	running(a, b, c)
+	took := shares(map[int]int{pid(a): 4, pid(b): 4, pid(c): 4}, 10*time.Second, "three replicas hold 4 each")
+	t.Logf("three replicas: 4 each %v after they all run", took.Round(time.Millisecond))
+
+	d := startRelay(t, bin, path)
+	running(d)
+	took = shares(map[int]int{pid(a): 3, pid(b): 3, pid(c): 3, pid(d): 3}, 10*time.Second, "a fourth takes its share")
+	t.Logf("a fourth replica: 3 each %v after it runs", took.Round(time.Millisecond))
+
+	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	waitFor(t, 10*time.Second, "the stopped replica's sources held by the others", func() (bool, string) {
+		got := heldByPID(t, pool)
+		n := 0
+		for p, held := range got {
+			if p != pid(c) {
+				n += held
+			}
+		}
+		return n == sources && got[pid(c)] == 0, fmt.Sprintf("held by pid: %v", got)
+	})
+	if took := time.Since(sent); took > time.Second {
+		t.Errorf("a replica stopped with SIGTERM: its sources taken %v after the signal, want within 1s", took)
+	} else {
+		t.Logf("SIGTERM: sources taken %v after the signal", took.Round(time.Millisecond))
+	}
+	if ws := c.wait(t, 10*time.Second); !ws.Exited() || ws.ExitStatus() != 0 {
+		t.Fatalf("the stopped replica: %v\n%s", ws, c.out.String())
+	}
+	took = shares(map[int]int{pid(a): 4, pid(b): 4, pid(d): 4}, 10*time.Second, "three left share again")
+	t.Logf("three left: 4 each %v later", took.Round(time.Millisecond))
+
+	d.kill(t)
+	killed := time.Now()
+	shares(map[int]int{pid(a): 6, pid(b): 6}, ttl+5*time.Second, "a killed replica's sources held by the others")
+	if took := time.Since(killed); took > ttl {
+		t.Errorf("a replica killed with SIGKILL: its sources taken %v after, want within the lease TTL %v", took, ttl)
+	} else {
+		t.Logf("SIGKILL: sources taken %v after the kill", took.Round(time.Millisecond))
+	}
+	for _, p := range []*relayProcess{a, b, c, d} {
+		p.checkOutput(t)
+	}
+}
+
+// heldByPID counts the unexpired leases per holding process (owners are
+// host/pid/nonce); none before the relays made the lease table.
+func heldByPID(t *testing.T, pool *pgxpool.Pool) map[int]int {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT owner FROM outbox_relay.leases WHERE expires_at > now()`)
+	if err != nil {
+		return nil
+	}
+	owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil
+	}
+	out := map[int]int{}
+	for _, o := range owners {
+		parts := strings.Split(o, "/")
+		pid, _ := strconv.Atoi(parts[min(1, len(parts)-1)])
+		out[pid]++
+	}
+	return out
+}
