@@ -247,8 +247,12 @@ func TestKubernetesManifests(t *testing.T) {
 	if u := pod.SecurityContext.RunAsUser; u != nil && *u == 0 {
 		t.Error("runAsUser 0")
 	}
-	if *m.dep.Spec.Replicas < 2 {
-		t.Errorf("%d replicas: a second one takes the sources over within lease_ttl", *m.dep.Spec.Replicas)
+	if *m.dep.Spec.Replicas < 3 {
+		t.Errorf("%d replicas: want three sharing the sources, so that losing one leaves a majority", *m.dep.Spec.Replicas)
+	}
+	if a := pod.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution) == 0 ||
+		a.PodAntiAffinity.PreferredDuringSchedulingIgnoredDuringExecution[0].PodAffinityTerm.TopologyKey != "kubernetes.io/hostname" {
+		t.Errorf("affinity %+v: want the replicas spread over nodes (preferred anti-affinity by hostname)", pod.Affinity)
 	}
 
 	// The Service and the budget select the Deployment's pods.
@@ -276,8 +280,9 @@ func TestKubernetesManifests(t *testing.T) {
 			t.Errorf("the PodDisruptionBudget selects %s=%s, which the pods do not carry", k, v)
 		}
 	}
-	if m.pdb.Spec.MinAvailable == nil || m.pdb.Spec.MinAvailable.IntValue() < 1 || m.pdb.Spec.MinAvailable.IntValue() >= int(*m.dep.Spec.Replicas) {
-		t.Errorf("minAvailable %v with %d replicas: want one kept and a drain possible", m.pdb.Spec.MinAvailable, *m.dep.Spec.Replicas)
+	if u := m.pdb.Spec.MaxUnavailable; m.pdb.Spec.MinAvailable != nil || u == nil || u.IntValue() != 1 {
+		t.Errorf("budget minAvailable %v maxUnavailable %v: want a drain to take one replica at a time, whatever the scale",
+			m.pdb.Spec.MinAvailable, m.pdb.Spec.MaxUnavailable)
 	}
 }
 

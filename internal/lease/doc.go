@@ -82,4 +82,42 @@
 // on its own makes Hold acquire again, keeping its term while the lease is
 // still its own. On shutdown Hold releases the lease (expires it at once),
 // so that a standby replica takes the shard over without waiting.
+//
+// # Balance
+//
+// Replicas share a database's shards rather than the first one taking
+// them all. A Balancer per database and process (one for every Hold of that
+// database) keeps the process registered in the relay schema's replicas
+// table with a heartbeat every third of the TTL, and each heartbeat is a
+// census: the live replicas (heartbeat unexpired, and alive as Alive says,
+// so a killed process drops out at the next census rather than after its
+// TTL) and how many of the shards each holds. From it:
+//
+//   - Claim. A replica acquires a free or expired shard only while it
+//     holds fewer than its share, shards ÷ live replicas rounded up; its
+//     own lease it always renews. Free shards are therefore taken first,
+//     and nobody takes more than its share while others have less.
+//   - Steal, never a hot potato. A replica holding at least two more than
+//     the least loaded one hands shards to it (handOvers): above its share,
+//     down to its share; at its share, one a census, so replicas giving at
+//     the same time do not pile onto one taker. A shard handed over stops
+//     its work like a lost lease (batches in flight finish), then its lease
+//     is expired naming the successor. For half the TTL only the successor
+//     may take it (the giver neither), and it takes it even beyond its
+//     share. Taking it is an ordinary takeover: the next term, the previous
+//     owner ended, fencing as above.
+//   - Leave. On shutdown each shard is handed to the least loaded other
+//     live replica, and the replica removes itself from the table.
+//   - Told, not left to wait. On PostgreSQL a hand-over, a leave and a
+//     replica's first census NOTIFY the relay schema's channel: every
+//     replica takes a census at once and its standing-by shards try again,
+//     so a successor takes a shard within milliseconds. MySQL has no
+//     notifications: a successor takes it at its next attempt, within a
+//     third of the TTL.
+//
+// A dead replica is seen at the next census (its connections are gone), and
+// its leases are taken at once by the replicas below their share (Alive),
+// or after the TTL when its death cannot be seen (a partition, a frozen
+// process). Every replica must run the same sources of the database: the
+// share is counted over the shards this process runs.
 package lease
