@@ -19,8 +19,9 @@ type consoleAPI struct{ a *App }
 var _ admin.API = consoleAPI{}
 
 // Sources is every source's status (what this process knows of the
-// sources it serves in place of their records), and the last hour of each source this
-// process relays (pending, oldest pending age, events a second).
+// sources it serves in place of their records), the last hour of each
+// source this process relays (pending, oldest pending age, events a
+// second), and the replicas sharing the sources.
 func (c consoleAPI) Sources(ctx context.Context) (any, error) {
 	st, err := c.a.Status(ctx)
 	if err != nil {
@@ -34,10 +35,15 @@ func (c consoleAPI) Sources(ctx context.Context) (any, error) {
 	if h != nil {
 		hist = h.get()
 	}
+	reps, err := c.a.Replicas(ctx, st)
+	if err != nil {
+		return nil, err
+	}
 	return struct {
-		Sources []SourceStatus     `json:"sources"`
-		History map[string][]point `json:"history"`
-	}{st, hist}, nil
+		Sources  []SourceStatus     `json:"sources"`
+		History  map[string][]point `json:"history"`
+		Replicas []ReplicaStatus    `json:"replicas"`
+	}{st, hist, reps}, nil
 }
 
 // deadLetter is a dead letter as the API shows it.

@@ -11,6 +11,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
@@ -230,4 +231,46 @@ func (a *App) overlay(st []SourceStatus, now time.Time) []SourceStatus {
 		}
 	}
 	return st
+}
+
+// ReplicaStatus is one relay process sharing a database's sources, as
+// `outbox-relay status` and the console show it.
+type ReplicaStatus struct {
+	Database string    `json:"database"`
+	Owner    string    `json:"owner"`
+	Since    time.Time `json:"since"`
+	// Holds is how many sources it holds; Share how many each live
+	// replica is due (the database's sources ÷ its live replicas, rounded
+	// up).
+	Holds int `json:"holds"`
+	Share int `json:"share"`
+	// Self marks the process answering.
+	Self bool `json:"self"`
+}
+
+// Replicas lists every database's live replicas and their shares of the
+// sources st (as Status read them).
+func (a *App) Replicas(ctx context.Context, st []SourceStatus) ([]ReplicaStatus, error) {
+	var out []ReplicaStatus
+	for _, db := range slices.Sorted(maps.Keys(a.cfg.Databases)) {
+		r, err := capability[driver.StatusReader](a, db, "read the relays' status")
+		if err != nil {
+			return nil, err
+		}
+		got, err := r.Replicas(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("databases.%s: read the replicas: %w", db, err)
+		}
+		sources := 0
+		for _, s := range st {
+			if s.Database == db {
+				sources++
+			}
+		}
+		for _, g := range got {
+			out = append(out, ReplicaStatus{Database: db, Owner: g.Owner, Since: g.Since, Holds: g.Holds,
+				Share: lease.Share(sources, len(got)), Self: g.Owner == a.owner})
+		}
+	}
+	return out, nil
 }

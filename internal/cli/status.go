@@ -44,6 +44,10 @@ PENDING is the backlog as the holder last counted it; "(stale, 2m old)"
 follows it when that count is not the current holder's latest (the record
 was written by an earlier process, or not refreshed for 45 s).
 
+Below the sources, the replicas: every relay process registered with a live
+heartbeat in each database, how long it has run, how many sources it holds
+and its share (the database's sources ÷ its live replicas, rounded up).
+
 It exits non-zero when a source is stuck (not while it is starting).
 --watch refreshes until interrupted.`,
 		Args: cobra.NoArgs,
@@ -74,6 +78,11 @@ It exits non-zero when a source is stuck (not while it is starting).
 					}
 				} else {
 					printStatus(g.stdout, st, time.Now())
+					reps, err := a.Replicas(ctx, st)
+					if err != nil {
+						return err
+					}
+					printReplicas(g.stdout, reps, time.Now())
 				}
 				if !watch {
 					if n := countStuck(st); n > 0 {
@@ -143,6 +152,21 @@ func printStatus(w io.Writer, st []app.SourceStatus, now time.Time) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%.1f\t%d\t%d\t%s\t%s\t%s\n", s.Source, owner, s.Term, pending,
 			(time.Duration(s.OldestPendingSeconds * float64(time.Second))).Round(time.Second), s.EventsPerSecond,
 			s.Retrying, s.DeadLetters, last, strings.Join(sinks, ","), state)
+	}
+	_ = tw.Flush()
+}
+
+// printReplicas writes one line per live replica: the sources it holds
+// against its share.
+func printReplicas(w io.Writer, reps []app.ReplicaStatus, now time.Time) {
+	if len(reps) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "DATABASE\tREPLICA\tUP\tHOLDS\tSHARE")
+	for _, r := range reps {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\n", r.Database, r.Owner, now.Sub(r.Since).Round(time.Second), r.Holds, r.Share)
 	}
 	_ = tw.Flush()
 }

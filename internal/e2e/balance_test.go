@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -84,6 +85,18 @@ sources:
 	running(d)
 	took = shares(map[int]int{pid(a): 3, pid(b): 3, pid(c): 3, pid(d): 3}, 10*time.Second, "a fourth takes its share")
 	t.Logf("a fourth replica: 3 each %v after it runs", took.Round(time.Millisecond))
+	// status lists the replicas with their holds and share.
+	out, _ := exec.Command(bin, "status", "--config", path).CombinedOutput() // exits 1 while sources have no record yet
+	_, reps, ok := strings.Cut(string(out), "DATABASE")
+	if lines := strings.Split(strings.TrimSpace(reps), "\n"); !ok || len(lines) != 5 {
+		t.Fatalf("status shows no table of the four replicas:\n%s", out)
+	} else {
+		for _, l := range lines[1:] {
+			if f := strings.Fields(l); len(f) != 5 || f[0] != "main" || f[3] != "3" || f[4] != "3" {
+				t.Errorf("status: replica line %q, want database main, holds 3, share 3", l)
+			}
+		}
+	}
 
 	if err := c.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)

@@ -131,6 +131,12 @@ VALUES ('Order', gen_random_uuid(), $1, $2, '{}') RETURNING id::text`, row[0], r
 			At      time.Time `json:"at"`
 			Pending float64   `json:"pending"`
 		} `json:"history"`
+		Replicas []struct {
+			Database string `json:"database"`
+			Holds    int    `json:"holds"`
+			Share    int    `json:"share"`
+			Self     bool   `json:"self"`
+		} `json:"replicas"`
 	}
 	waitFor(t, 20*time.Second, "the source's status and history", func() (bool, string) {
 		code, body := httpGet(t, base+"/api/sources")
@@ -140,4 +146,8 @@ VALUES ('Order', gen_random_uuid(), $1, $2, '{}') RETURNING id::text`, row[0], r
 		return len(sources.Sources) == 1 && sources.Sources[0].Source == "shop" && sources.Sources[0].DeadLetters == 3 &&
 			len(sources.History["shop"]) >= 2, body
 	})
+	// The one replica, this process, holds the source: its share.
+	if r := sources.Replicas; len(r) != 1 || !r[0].Self || r[0].Holds != 1 || r[0].Share != 1 {
+		t.Errorf("/api/sources replicas: %+v, want this process alone holding its share of 1", r)
+	}
 }

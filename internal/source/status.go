@@ -94,3 +94,34 @@ func ScanStatus(rows RowScanner) ([]Recorded, error) {
 	}
 	return out, rows.Err()
 }
+
+// Replica is a relay process registered in a database (its replicas
+// table) with a live heartbeat, and how many leases it holds there.
+type Replica struct {
+	Owner string
+	Since time.Time // when it registered, by the database's clock
+	Holds int
+}
+
+// ReplicasSQL lists the replicas of one database whose heartbeat is live:
+// rs is the quoted relay schema, now the database's clock, in the
+// dialect's SQL.
+func ReplicasSQL(rs, now string) string {
+	return `SELECT r.owner, r.started_at,
+  (SELECT COUNT(*) FROM ` + rs + `.leases l WHERE l.owner = r.owner AND l.expires_at > ` + now + `)
+FROM ` + rs + `.replicas r WHERE r.expires_at > ` + now + `
+ORDER BY r.started_at, r.owner`
+}
+
+// ScanReplicas reads the rows of ReplicasSQL.
+func ScanReplicas(rows RowScanner) ([]Replica, error) {
+	var out []Replica
+	for rows.Next() {
+		var r Replica
+		if err := rows.Scan(&r.Owner, &r.Since, &r.Holds); err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -31,7 +31,17 @@ async function sources() {
   const r = await fetch("/api/sources");
   const out = await r.json();
   if (!r.ok) { msg(out.error, true); return; }
-  const { sources: list, history } = out;
+  const { sources: list, history, replicas } = out;
+  const reps = document.querySelector("#replicas tbody");
+  reps.replaceChildren();
+  for (const r of replicas || []) {
+    const tr = reps.insertRow();
+    cell(tr, r.database);
+    cell(tr, r.owner + (r.self ? " (this one)" : ""));
+    cell(tr, age((Date.now() - Date.parse(r.since)) / 1000));
+    cell(tr, r.holds);
+    cell(tr, r.share);
+  }
   const body = document.querySelector("#sources tbody");
   body.replaceChildren();
   for (const s of list) {

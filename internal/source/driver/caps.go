@@ -55,6 +55,9 @@ type DeadLetters interface {
 // recorded it (relay_state and leases).
 type StatusReader interface {
 	Status(ctx context.Context) ([]source.Recorded, error)
+	// Replicas lists the relay processes registered with a live
+	// heartbeat, and the leases each holds.
+	Replicas(ctx context.Context) ([]source.Replica, error)
 }
 
 // SchemaChecker is a DB that can say how its relay schema stands for the

@@ -99,6 +99,10 @@ func (db *adaptedDB) Status(ctx context.Context) ([]source.Recorded, error) {
 	return Status(ctx, db.db, db.relayDB)
 }
 
+func (db *adaptedDB) Replicas(ctx context.Context) ([]source.Replica, error) {
+	return Replicas(ctx, db.db, db.relayDB)
+}
+
 func (db *adaptedDB) CheckRelaySchema(ctx context.Context) ([]string, error) {
 	return CheckRelayDatabase(ctx, db.db, db.relayDB)
 }

@@ -17,3 +17,14 @@ func Status(ctx context.Context, db *sql.DB, relayDB string) ([]source.Recorded,
 	defer func() { _ = rows.Close() }()
 	return source.ScanStatus(rows)
 }
+
+// Replicas lists the live replicas registered in relayDB (see
+// source.ReplicasSQL).
+func Replicas(ctx context.Context, db *sql.DB, relayDB string) ([]source.Replica, error) {
+	rows, err := db.QueryContext(ctx, source.ReplicasSQL(QuoteIdent(relayDB), "UTC_TIMESTAMP(6)"))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = rows.Close() }()
+	return source.ScanReplicas(rows)
+}

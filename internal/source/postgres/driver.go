@@ -137,6 +137,10 @@ func (db *adaptedDB) Status(ctx context.Context) ([]source.Recorded, error) {
 	return Status(ctx, db.pool, db.schema)
 }
 
+func (db *adaptedDB) Replicas(ctx context.Context) ([]source.Replica, error) {
+	return Replicas(ctx, db.pool, db.schema)
+}
+
 func (db *adaptedDB) CheckRelaySchema(ctx context.Context) ([]string, error) {
 	return CheckRelaySchema(ctx, db.pool, db.schema)
 }

@@ -18,3 +18,14 @@ func Status(ctx context.Context, pool *pgxpool.Pool, relaySchema string) ([]sour
 	defer rows.Close()
 	return source.ScanStatus(rows)
 }
+
+// Replicas lists the live replicas registered in relaySchema (see
+// source.ReplicasSQL).
+func Replicas(ctx context.Context, pool *pgxpool.Pool, relaySchema string) ([]source.Replica, error) {
+	rows, err := pool.Query(ctx, source.ReplicasSQL(QuoteIdent(relaySchema), "now()"))
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return source.ScanReplicas(rows)
+}
