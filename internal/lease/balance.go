@@ -68,7 +68,7 @@ type Balancer struct {
 
 	mu      sync.Mutex
 	shards  map[string]int         // shards run here (a count of Hold loops each)
-	held    map[string]chan string // shards held here: where to send a successor
+	held    map[string]*holding // shards held here
 	giving  map[string]bool        // shards being handed over
 	counts  map[string]int         // the last census, or nil before the first
 	changed chan struct{}          // closed (and replaced) when the census changes
@@ -82,7 +82,7 @@ func NewBalancer(l *Leases, ttl time.Duration, log *slog.Logger) *Balancer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Balancer{leases: l, ttl: ttl, log: log, shards: map[string]int{}, held: map[string]chan string{},
+	return &Balancer{leases: l, ttl: ttl, log: log, shards: map[string]int{}, held: map[string]*holding{},
 		giving: map[string]bool{}, changed: make(chan struct{}), nudge: make(chan struct{}, 1)}
 }
 
@@ -100,7 +100,17 @@ func (b *Balancer) Nudge() {
 func (b *Balancer) Run(ctx context.Context) {
 	t := time.NewTicker(b.ttl / 3)
 	defer t.Stop()
+	last := time.Time{}
 	for {
+		// A nudge takes a census; the leases are renewed on the ticker's
+		// pace (and before, when it is due).
+		if time.Since(last) >= b.ttl/4 {
+			if err := b.renew(ctx); err != nil && ctx.Err() == nil {
+				b.log.Warn("renew the leases", "err", err)
+			} else {
+				last = time.Now()
+			}
+		}
 		if err := b.census(ctx); err != nil && ctx.Err() == nil {
 			b.log.Warn("replica census", "err", err)
 		}
@@ -147,7 +157,7 @@ func (b *Balancer) census(ctx context.Context) error {
 	for i, successor := range to {
 		shard := mine[len(mine)-1-i]
 		b.giving[shard] = true
-		b.held[shard] <- successor
+		b.held[shard].giveUp <- successor
 	}
 	if len(to) > 0 {
 		b.log.Info("handing shards over to balance the replicas", "shards", len(to), "replicas", len(counts),
@@ -196,17 +206,68 @@ func (b *Balancer) mayAcquire(row *Row, owner string) bool {
 	return b.counts != nil && len(b.held) < Share(len(b.shards), len(b.counts))
 }
 
-// holding records shard as held here; the channel receives the replica to
-// hand it to when the census says so.
-func (b *Balancer) holding(shard string) <-chan string {
+// holding is a lease this process holds, renewed by its balancer.
+type holding struct {
+	ls     *Lease
+	giveUp chan string   // receives the replica to hand it to
+	lost   chan struct{} // closed when a renewal finds it taken
+	ok     time.Time     // the last successful renewal (or the acquisition)
+	closed bool
+}
+
+// hold records ls as held here: the balancer renews it with the others of
+// its database, one statement for all, and hands it over when the census
+// says so.
+func (b *Balancer) hold(ls *Lease) *holding {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ch := make(chan string, 1)
-	b.held[shard] = ch
+	h := &holding{ls: ls, giveUp: make(chan string, 1), lost: make(chan struct{}), ok: time.Now()}
+	b.held[ls.Shard] = h
 	if b.counts != nil {
 		b.counts[b.leases.owner] = len(b.held)
 	}
-	return ch
+	return h
+}
+
+// renewedAt is when h was last renewed.
+func (b *Balancer) renewedAt(h *holding) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return h.ok
+}
+
+// renew extends every lease held here in one statement; a lease the
+// statement did not extend was taken (or expired), and its holding is told.
+func (b *Balancer) renew(ctx context.Context) error {
+	b.mu.Lock()
+	var ls []*Lease
+	for _, h := range b.held {
+		ls = append(ls, h.ls)
+	}
+	b.mu.Unlock()
+	if len(ls) == 0 {
+		return nil
+	}
+	at := time.Now()
+	renewed, err := b.leases.RenewAll(ctx, ls, b.ttl)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, l := range ls {
+		h := b.held[l.Shard]
+		switch {
+		case h == nil || h.ls != l:
+			// released meanwhile
+		case renewed[l.Shard]:
+			h.ok = at
+		case !h.closed:
+			h.closed = true
+			close(h.lost)
+		}
+	}
+	return nil
 }
 
 // released records shard as no longer held here.

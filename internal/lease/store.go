@@ -28,6 +28,10 @@ type Store interface {
 	// now, only while unexpired unless p.Expired; false when the row is
 	// no longer so.
 	Renew(ctx context.Context, p *RenewParams) (bool, error)
+	// RenewAll extends by p.TTL from now every lease of p.Leases still
+	// held unexpired by p.Owner with its term, in one statement (or as
+	// few as the dialect can), and returns the shards it extended.
+	RenewAll(ctx context.Context, p *RenewAllParams) (map[string]bool, error)
 	// Expire ends the lease of p.Owner with term p.Term now.
 	Expire(ctx context.Context, p *ExpireParams) error
 	// Ended clears the owners to end of p.Owner's lease with term p.Term.
@@ -91,6 +95,14 @@ type RenewParams struct {
 	Term    int64
 	TTL     time.Duration
 	Expired bool // extend it even when it has expired (its holder acquires it again)
+}
+
+// RenewAllParams extend the leases of one owner.
+type RenewAllParams struct {
+	Owner  string
+	TTL    time.Duration
+	Shards []string
+	Terms  []int64 // the term of each of Shards
 }
 
 // ExpireParams end a lease now.

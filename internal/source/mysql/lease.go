@@ -183,6 +183,44 @@ func (l *LeaseStore) Renew(ctx context.Context, p *lease.RenewParams) (bool, err
 	return l.update(ctx, "expires_at = "+now+" + INTERVAL ? MICROSECOND", cond, []any{p.TTL.Microseconds()}, p.Shard, p.Owner, p.Term)
 }
 
+// RenewAll implements lease.Store (and keeps this owner alive): one UPDATE
+// for every lease of the owner, then a read of those it holds unexpired
+// (MySQL's UPDATE returns no rows).
+func (l *LeaseStore) RenewAll(ctx context.Context, p *lease.RenewAllParams) (map[string]bool, error) {
+	if err := l.stayAlive(ctx); err != nil {
+		return nil, err
+	}
+	if len(p.Shards) == 0 {
+		return map[string]bool{}, nil
+	}
+	pairs := "(?, ?)" + strings.Repeat(", (?, ?)", len(p.Shards)-1)
+	held := make([]any, 0, 2*len(p.Shards))
+	for i, s := range p.Shards {
+		held = append(held, s, p.Terms[i])
+	}
+	_, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET expires_at = "+now+" + INTERVAL ? MICROSECOND "+
+		"WHERE owner = ? AND expires_at >= "+now+" AND (shard, term) IN ("+pairs+")",
+		append([]any{p.TTL.Microseconds(), p.Owner}, held...)...)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := l.db.QueryContext(ctx, "SELECT shard FROM "+l.rdb+".leases WHERE owner = ? AND expires_at > "+now+
+		" AND (shard, term) IN ("+pairs+")", append([]any{p.Owner}, held...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out[s] = true
+	}
+	return out, rows.Err()
+}
+
 // Expire implements lease.Store. MySQL has no notifications: the
 // successor takes a handed-over lease at its next attempt.
 func (l *LeaseStore) Expire(ctx context.Context, p *lease.ExpireParams) error {
