@@ -188,7 +188,9 @@ func (c *kindCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.Tr
 	return ctx
 }
 
-func (c *kindCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) { c.add(d.SQL) }
+func (c *kindCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, d pgx.TraceBatchQueryData) {
+	c.add(d.SQL)
+}
 
 func (c *kindCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
 

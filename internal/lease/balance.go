@@ -67,11 +67,11 @@ type Balancer struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	shards  map[string]int         // shards run here (a count of Hold loops each)
+	shards  map[string]int      // shards run here (a count of Hold loops each)
 	held    map[string]*holding // shards held here
-	giving  map[string]bool        // shards being handed over
-	counts  map[string]int         // the last census, or nil before the first
-	changed chan struct{}          // closed (and replaced) when the census changes
+	giving  map[string]bool     // shards being handed over
+	counts  map[string]int      // the last census, or nil before the first
+	changed chan struct{}       // closed (and replaced) when the census changes
 	nudge   chan struct{}
 }
 
