@@ -62,7 +62,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	every := cmp.Or(a.historyEvery, historyEvery)
 	a.mu.Lock()
-	a.history = newHistory(every, a.sources)
+	a.history = newHistory(every, a.sources, a.writeSamples, a.log)
 	a.mu.Unlock()
 	wg.Go(func() { a.history.run(ctx) })
 

@@ -103,6 +103,14 @@ func (db *adaptedDB) Replicas(ctx context.Context) ([]source.Replica, error) {
 	return Replicas(ctx, db.db, db.relayDB)
 }
 
+func (db *adaptedDB) RecordSamples(ctx context.Context, xs []source.Sample) error {
+	return RecordSamples(ctx, db.db, db.relayDB, xs)
+}
+
+func (db *adaptedDB) Samples(ctx context.Context) ([]source.Sample, error) {
+	return Samples(ctx, db.db, db.relayDB)
+}
+
 func (db *adaptedDB) CheckRelaySchema(ctx context.Context) ([]string, error) {
 	return CheckRelayDatabase(ctx, db.db, db.relayDB)
 }

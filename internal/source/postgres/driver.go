@@ -141,6 +141,14 @@ func (db *adaptedDB) Replicas(ctx context.Context) ([]source.Replica, error) {
 	return Replicas(ctx, db.pool, db.schema)
 }
 
+func (db *adaptedDB) RecordSamples(ctx context.Context, xs []source.Sample) error {
+	return RecordSamples(ctx, db.pool, db.schema, xs)
+}
+
+func (db *adaptedDB) Samples(ctx context.Context) ([]source.Sample, error) {
+	return Samples(ctx, db.pool, db.schema)
+}
+
 func (db *adaptedDB) CheckRelaySchema(ctx context.Context) ([]string, error) {
 	return CheckRelaySchema(ctx, db.pool, db.schema)
 }
