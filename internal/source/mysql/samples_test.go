@@ -19,6 +19,8 @@ func TestSamples(t *testing.T) {
 		Age: func(s string) {
 			e.exec(t, "UPDATE "+e.relayDB+".source_samples SET at = at - INTERVAL 61 MINUTE WHERE source = '"+s+"'")
 		},
-		Stored: func(s string) int { return queryInt(t, e.db, "SELECT COUNT(*) FROM "+e.relayDB+".source_samples WHERE source = ?", s) },
+		Stored: func(s string) int {
+			return queryInt(t, e.db, "SELECT COUNT(*) FROM "+e.relayDB+".source_samples WHERE source = ?", s)
+		},
 	})
 }
