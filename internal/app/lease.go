@@ -28,7 +28,18 @@ func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build 
 		o.Settle = func(ctx context.Context) error { return st.Settle(ctx, n, ttl) }
 	}
 	o.Balancer = a.balancer(s.Config.Database)
+	log := a.log.With("source", s.Name)
 	a.leases[s.Config.Database].Hold(ctx, o, func(ctx context.Context) {
+		// Each holding's start and end, with its term: the history of
+		// who relayed what, when.
+		term := int64(0)
+		if o.Fence != nil {
+			if l := o.Fence.Get(); l != nil {
+				term = l.Term
+			}
+		}
+		log.Info("relaying", "term", term)
+		defer log.Info("stopped relaying", "term", term)
 		r.holding()
 		w := build()
 		r.set(w)
