@@ -100,6 +100,9 @@ func (b *Balancer) Nudge() {
 func (b *Balancer) Run(ctx context.Context) {
 	t := time.NewTicker(b.ttl / 3)
 	defer t.Stop()
+	if bell, ok := b.leases.store.(Bell); ok {
+		go b.listen(ctx, bell)
+	}
 	last := time.Time{}
 	for {
 		// A nudge takes a census; the leases are renewed on the ticker's
@@ -120,6 +123,7 @@ func (b *Balancer) Run(ctx context.Context) {
 			if err := b.leases.Leave(lctx); err != nil {
 				b.log.Warn("leaving the replicas", "err", err)
 			}
+			b.ringOthers(lctx) // they count without this process now
 			cancel()
 			return
 		case <-t.C:
@@ -141,6 +145,11 @@ func (b *Balancer) census(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	me := b.leases.owner
+	if b.counts == nil {
+		// Arrived: the others make room for it.
+		others := slices.Collect(maps.Keys(counts))
+		go b.ring(context.WithoutCancel(ctx), others...)
+	}
 	counts[me] = len(b.held) // this process knows its own best
 	// Every census wakes the shards standing by: the share, the shards
 	// or a reservation may have changed.
@@ -296,3 +305,45 @@ func (b *Balancer) successor() string {
 
 // reserve is how long a handed-over shard waits for its successor alone.
 func (b *Balancer) reserve() time.Duration { return cmp.Or(b.ttl/2, time.Second) }
+
+// listen turns the rings of this process's bell into censuses, where the
+// store has a bell (see Bell); it returns when ctx ends.
+func (b *Balancer) listen(ctx context.Context, bell Bell) {
+	for ctx.Err() == nil {
+		rung, err := bell.Wait(ctx, b.leases.owner, b.ttl/3)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			b.log.Debug("wait on the bell", "err", err)
+			sleepCtx(ctx, b.ttl/3)
+		case rung:
+			b.Nudge()
+		}
+	}
+}
+
+// ring wakes owners (not this process) where the store has a bell; on
+// PostgreSQL the statements that change the leases notify instead.
+func (b *Balancer) ring(ctx context.Context, owners ...string) {
+	bell, ok := b.leases.store.(Bell)
+	if !ok {
+		return
+	}
+	for _, o := range owners {
+		if o == b.leases.owner || o == "" {
+			continue
+		}
+		if err := bell.Ring(ctx, o); err != nil {
+			b.log.Debug("ring a replica's bell", "replica", o, "err", err)
+		}
+	}
+}
+
+// ringOthers wakes every other replica of the last census.
+func (b *Balancer) ringOthers(ctx context.Context) {
+	b.mu.Lock()
+	others := slices.Collect(maps.Keys(b.counts))
+	b.mu.Unlock()
+	b.ring(ctx, others...)
+}

@@ -133,6 +133,9 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 				log.Warn("release lease", "err", err)
 			} else if successor != "" {
 				log.Info("handed the source over", "successor", successor, "term", ls.Term)
+				if b != nil {
+					b.ring(rctx, successor)
+				}
 			}
 			cancel()
 			held = false

@@ -146,3 +146,14 @@ type EndOwnerParams struct {
 	Table string // as the dialect quotes it
 	Warn  func(error)
 }
+
+// Bell is a Store whose replicas wake each other directly, for a dialect
+// without notifications (MySQL): a replica waits on its bell between
+// censuses, and another rings it after handing it a shard, after joining
+// and after leaving.
+type Bell interface {
+	// Wait returns after d, or earlier (true) when the owner's bell rang.
+	Wait(ctx context.Context, owner string, d time.Duration) (bool, error)
+	// Ring wakes owner's Wait, if it is waiting.
+	Ring(ctx context.Context, owner string) error
+}
