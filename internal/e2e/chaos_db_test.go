@@ -148,9 +148,9 @@ type tapConn struct {
 	// commitStmt are the prepared statements that are a COMMIT: a
 	// completion sends its COMMIT in its pipeline, extended protocol.
 	commitStmt map[string]bool
-	buf       []byte          // the client's bytes not yet parsed
-	started   bool            // past the startup message / handshake response
-	trip      atomic.Pointer[string]
+	buf        []byte // the client's bytes not yet parsed
+	started    bool   // past the startup message / handshake response
+	trip       atomic.Pointer[string]
 }
 
 func (p *dbTap) forward(client net.Conn) {
