@@ -13,6 +13,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
@@ -118,4 +119,45 @@ VALUES ($1, 'journey', 'journey.created', jsonb_build_object('key', $2::int, 'se
 	})
 	stop()
 	t.Logf("%d events over %d keys, keys per bucket %v", keys*perKey, keys, perBucket)
+}
+
+// TestShardsOnMariaDB relays a kafka_outbox table on MariaDB split into 3
+// buckets: every event arrives once, per key in order, under the buckets'
+// leases, and status reports the source relayed.
+func TestShardsOnMariaDB(t *testing.T) {
+	t.Parallel()
+	const keys, perKey, shards = 60, 10, 3
+	ctx := context.Background()
+	name, dsn := mytest.NewDatabase(t, "e2e_shards")
+	c := kafkaCluster(t, kfake.SeedTopics(4, "orders"))
+	col := collect(t, c.ListenAddrs(), "orders")
+	cfg := mysqlConfig(t, dsn, c.ListenAddrs(), config.Source{Name: "kafka-outbox", Table: name + ".kafka_outbox",
+		Preset: "kafka-outbox", BatchSize: 20, Shards: shards})
+	a, _ := runApp(t, cfg, app.WithStatsInterval(100*time.Millisecond))
+	db := openMySQL(t, dsn)
+	waitFor(t, 20*time.Second, "the relay's table", func() (bool, string) {
+		_, err := db.ExecContext(ctx, "SELECT 1 FROM kafka_outbox LIMIT 1")
+		return err == nil, fmt.Sprint(err)
+	})
+	for seq := range perKey {
+		for k := range keys {
+			if _, err := db.ExecContext(ctx, "INSERT INTO kafka_outbox (topic, `key`, payload_json) VALUES ('orders', ?, ?)",
+				fmt.Sprintf("key-%d", k), fmt.Sprintf(`{"key": %d, "seq": %d}`, k, seq)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	run := keyOrderRun{keys: keys, perKey: perKey, deadLetters: func() (map[[2]int]string, error) { return nil, nil }}
+	if dups, _ := run.await(t, col, 60*time.Second); dups != 0 {
+		t.Errorf("%d duplicates, want every event once", dups)
+	}
+	waitFor(t, 20*time.Second, "status to show the source relayed under its buckets' leases", func() (bool, string) {
+		st, err := a.Status(ctx)
+		if err != nil || len(st) != 1 {
+			return false, fmt.Sprint(st, err)
+		}
+		s := st[0]
+		return s.Held && len(s.Shards) == shards && s.Shards[2].Lease == "kafka-outbox/2" && s.State == app.StateRelaying,
+			fmt.Sprintf("%+v", s)
+	})
 }
