@@ -328,17 +328,25 @@ func (b *batch) end() bool {
 		return false
 	}
 	b.store.held.Add(-1)
+	return true
+}
+
+// forget takes the batch's rows off the store's own rows, once its
+// transaction has ended: until then they are locked, and a claim of a
+// bucket must not take them for another claimer's.
+func (b *batch) forget() {
 	if b.store.own != nil {
 		b.store.own.remove(b.ctids)
 	}
-	return true
 }
 
 func (b *batch) Release(ctx context.Context) error {
 	if !b.end() {
 		return nil
 	}
-	if err := b.tx.end(ctx); err != nil {
+	err := b.tx.end(ctx)
+	b.forget()
+	if err != nil {
 		return fmt.Errorf("release claim: %w", err)
 	}
 	return nil
@@ -351,6 +359,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	if !b.end() {
 		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, errBatchEnded)
 	}
+	defer b.forget() // after the transaction has ended (deferred calls run last first)
 	defer b.tx.end(context.WithoutCancel(ctx))
 	w := &completion{b: b}
 	c := source.PlanCompletion(b.rows, o, func(i int) bool { return b.retrying[i] })

@@ -184,3 +184,30 @@ func rowsOf(b source.Batch) []source.Row {
 	}
 	return b.Rows()
 }
+
+// testBucketOwnBatches: a store of a bucket holding a batch still claims
+// the later rows of its keys (the order book of its relay keeps their
+// order, as for a whole source): only another claimer's rows hold a key.
+func (s *suite) testBucketOwnBatches(t *testing.T) {
+	tbl, src := s.newTable(t)
+	id := tbl.Insert(t, s.bucketRows(8, 3, 1200)...)
+	st := tbl.Open(t, Options{Source: src, Ordering: true, Bucket: source.Bucket{Index: 0, Count: 2}})
+	first := claim(t, st, 1)
+	defer release(t, first)
+	if first == nil {
+		t.Fatal("the store of bucket 0/2 claimed nothing")
+	}
+	head := first.Rows()[0]
+	var want []string
+	again := claim(t, st, len(id))
+	defer release(t, again)
+	inBucket(t, again, source.Bucket{Index: 0, Count: 2}, true)
+	for _, r := range rowsOf(again) {
+		if r.OrderKey == head.OrderKey {
+			want = append(want, r.ID)
+		}
+	}
+	if len(want) != 2 {
+		t.Errorf("the second claim took %d later rows of key %s, want its 2 later rows: the store's own batch held the key", len(want), head.OrderKey)
+	}
+}

@@ -80,6 +80,7 @@ func Run(t *testing.T, h Harness) {
 				{"ForeignClaimBeyondTheWindow", s.testForeignClaimBeyondWindow},
 				{"BucketsPartitionTheSource", s.testBucketsPartition},
 				{"BucketCountChangeKeepsKeyOrder", s.testBucketCountChange},
+				{"BucketOwnBatchesHoldNoKey", s.testBucketOwnBatches},
 				{"PrivilegesAsCheckReports", s.testPrivileges},
 				{"DeadLetterListFilters", s.testDeadLetterList},
 				{"ReplayPutsRowBackPending", s.testReplay},
