@@ -1,6 +1,8 @@
 // Package app assembles a relay process from its configuration: database
 // pools, the relay's schema, sinks, sources (listed or discovered), their
-// workers, the notification listeners and the admin server.
+// workers (one a shard: a source, or each bucket of a source split by
+// sources[].shards, under a lease of its own), the notification listeners
+// and the admin server.
 package app
 
 import (

@@ -40,6 +40,10 @@ type claimSQL struct {
 // claimable row is in the window, so the window alone decides. The window
 // must reach past the rows the holder's own batches in flight have locked;
 // the store sizes it (see Store.window).
+//
+// The claim of one bucket of a source takes only the candidates of its
+// bucket (sqlcore's InBucket); with ordering it reads a window too, and
+// holds the keys of the rows another claimer locked (see bucketClaim).
 func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration, bucket source.Bucket) claimSQL {
 	rs := QuoteIdent(relaySchema)
 	id := sq.Col("o", l.ID.Name)
