@@ -313,9 +313,9 @@ type ReplicaStatus struct {
 	Database string    `json:"database"`
 	Owner    string    `json:"owner"`
 	Since    time.Time `json:"since"`
-	// Holds is how many sources it holds; Share how many each live
-	// replica is due (the database's sources ÷ its live replicas, rounded
-	// up).
+	// Holds is how many leases (sources, or buckets of a split source) it
+	// holds; Share how many each live replica is due (the database's
+	// leases ÷ its live replicas, rounded up).
 	Holds int `json:"holds"`
 	Share int `json:"share"`
 	// Self marks the process answering.
@@ -335,15 +335,15 @@ func (a *App) Replicas(ctx context.Context, st []SourceStatus) ([]ReplicaStatus,
 		if err != nil {
 			return nil, fmt.Errorf("databases.%s: read the replicas: %w", db, err)
 		}
-		sources := 0
+		shards := 0 // a source split into buckets counts each
 		for _, s := range st {
 			if s.Database == db {
-				sources++
+				shards += max(len(s.Shards), 1)
 			}
 		}
 		for _, g := range got {
 			out = append(out, ReplicaStatus{Database: db, Owner: g.Owner, Since: g.Since, Holds: g.Holds,
-				Share: lease.Share(sources, len(got)), Self: g.Owner == a.owner})
+				Share: lease.Share(shards, len(got)), Self: g.Owner == a.owner})
 		}
 	}
 	return out, nil
