@@ -88,6 +88,9 @@ func WithQueryTracer(t any) Option {
 	return func(a *App) { a.tracer = t }
 }
 
+// Config is the configuration the relay runs with.
+func (a *App) Config() *config.Config { return a.cfg }
+
 // Open connects to every database of cfg. It does not migrate or start
 // anything.
 func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Option) (*App, error) {

@@ -46,6 +46,9 @@ type Options struct {
 	Keys     int
 	// Sources is how many idle sources the idle workload relays.
 	Sources int
+	// Replicas is how many relay processes (in this process) share the
+	// drain's source, and Shards how many buckets it is split into.
+	Replicas, Shards int
 	// History is how many rows already delivered a drain's table holds
 	// before its backlog (older, before it in the claim's order), as a
 	// table that keeps its delivered rows has after months of use; each
@@ -147,6 +150,8 @@ type Result struct {
 	TableRowsAfter *int    `json:"table_rows_after,omitempty"`
 	DeliveredAfter *int    `json:"delivered_rows_after,omitempty"`
 	Keys           int     `json:"keys"`
+	Replicas       int     `json:"replicas,omitempty"`
+	Shards         int     `json:"shards,omitempty"`
 	BatchSize      int     `json:"batch_size"`
 	Pipeline       int     `json:"pipeline"`
 	Ceiling        Measure `json:"ceiling"`
