@@ -25,6 +25,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/breaker"
 	"github.com/outbox-relay/outbox-relay/internal/source"
@@ -45,6 +46,8 @@ type App struct {
 	// balancers share each database's sources among the replicas (Run
 	// sets it).
 	balancers *balancers
+	// schedulers hand each database's claims out by priority, in turns.
+	schedulers map[string]*relay.Scheduler
 
 	kgoOpts       []kgo.Opt
 	tracer        any
@@ -104,7 +107,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 		cfg: cfg, log: log, reg: reg, metrics: metrics.New(reg),
 		owner: fmt.Sprintf("%s/%d/%04x", host, os.Getpid(), rand.N(1<<16)),
 		dbs:   map[string]driver.DB{}, sinks: map[string]sink.Publisher{}, running: map[string]*runningSource{},
-		leases: map[string]*lease.Leases{},
+		leases: map[string]*lease.Leases{}, schedulers: map[string]*relay.Scheduler{},
 	}
 	for _, o := range opts {
 		o(a)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
@@ -73,4 +74,18 @@ func capability[C any](a *App, name, what string) (C, error) {
 		return zero, fmt.Errorf("databases.%s: the %s driver cannot %s", name, a.cfg.Databases[name].Driver, what)
 	}
 	return c, nil
+}
+
+// scheduler is database name's claim scheduler: the places its batches
+// claim in turn, by priority (sources[].priority), leaving two of the
+// database's connections to the stats, leases and retention.
+func (a *App) scheduler(name string) *relay.Scheduler {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s, ok := a.schedulers[name]; ok {
+		return s
+	}
+	s := relay.NewScheduler(a.cfg.Databases[name].MaxConns - 2)
+	a.schedulers[name] = s
+	return s
 }

@@ -176,7 +176,11 @@ type Source struct {
 	// so that several replicas relay one busy table side by side; a key's
 	// rows are all in one bucket and keep their order. With 1, the whole
 	// source is one lease, named after the source.
-	Shards      int     `yaml:"shards"`
+	Shards int `yaml:"shards"`
+	// Priority orders the claims of the sources of one database when they
+	// wait for its connections: a source of higher priority claims first;
+	// sources of equal priority take turns, a batch each. Default 0.
+	Priority    int     `yaml:"priority"`
 	Ordering    *bool   `yaml:"ordering"`     // per-key order, default true
 	MaxAttempts int     `yaml:"max_attempts"` // default 10
 	Backoff     Backoff `yaml:"backoff"`
