@@ -260,7 +260,7 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 		Wake:         wake, ShutdownTimeout: a.cfg.Shutdown.Timeout.D(), StatsInterval: a.statsInterval,
 		MaxOldestPending: cs.Readiness.MaxOldestPending.D(), MaxClaimFailure: cs.Readiness.MaxClaimFailure.D(),
 		Metrics: a.metrics.Source(s.Name), Logger: a.log,
-		Gate:    a.scheduler(cs.Database).For(cs.Priority),
+		Gate: a.scheduler(cs.Database).For(cs.Priority),
 	}
 	if cs.Delivery == config.DeliveryExactlyOnce {
 		// One transactional producer serves the source: it is not split
