@@ -204,8 +204,17 @@ func (a *App) conditions(now time.Time) map[string]sourceCondition {
 // gauge.
 func (a *App) sourceStates() []metrics.SourceState {
 	var out []metrics.SourceState
+	a.mu.Lock()
+	running := maps.Clone(a.running)
+	a.mu.Unlock()
 	for name, c := range a.conditions(time.Now()) {
-		out = append(out, metrics.SourceState{Source: name, State: c.State, Cause: c.Cause})
+		st := metrics.SourceState{Source: name, State: c.State, Cause: c.Cause}
+		if r := running[name]; r != nil && len(r.shards) > 1 {
+			for _, sh := range r.shards {
+				st.Shards = append(st.Shards, metrics.ShardHeld{Shard: sh.bucket.LeaseName(name), Held: sh.active() != nil})
+			}
+		}
+		out = append(out, st)
 	}
 	return out
 }

@@ -117,6 +117,12 @@ VALUES ($1, 'journey', 'journey.created', jsonb_build_object('key', $2::int, 'se
 		s := st[0]
 		return s.Held && len(s.Shards) == shards && s.Stuck == "" && s.State == app.StateRelaying, fmt.Sprintf("%+v", s)
 	})
+	// The process relays every bucket: the per-bucket gauge says so.
+	for i := range shards {
+		if v := gathered(t, a, "outbox_relay_shard_relaying", "shard", fmt.Sprintf("orders/%d", i)); v != 1 {
+			t.Errorf("outbox_relay_shard_relaying{shard=orders/%d} = %v, want 1", i, v)
+		}
+	}
 	stop()
 	t.Logf("%d events over %d keys, keys per bucket %v", keys*perKey, keys, perBucket)
 }
