@@ -292,9 +292,12 @@ func freezeHolders(t *testing.T, p *procChaos, freezes int) []*relayProcess {
 		frozen := freezeHolder(t, f+1, procs, p.holderPID, p.flowing)
 		// The resumed process finds its lease lost; a replacement keeps
 		// two relays running.
+		// It stops either at its trust window (no renewal for half the
+		// TTL: it was frozen longer) or when a renewal finds the lease
+		// taken, whichever it sees first.
 		waitFor(t, 30*time.Second, "the resumed holder to notice its lease is lost", func() (bool, string) {
 			out := frozen.out.String()
-			return strings.Contains(out, "lease lost"), "not yet"
+			return strings.Contains(out, "lease lost") || strings.Contains(out, "lease could not be renewed"), "not yet"
 		})
 		procs = append(procs, p.start())
 	}
