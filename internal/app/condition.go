@@ -38,6 +38,7 @@ const (
 	CauseLeaseElsewhere = "lease_elsewhere"   // another replica holds the lease
 	CauseLeaseUnheld    = "lease_unheld"      // nobody holds the lease (or it cannot be had)
 	CauseNotRecorded    = "not_recorded"      // no relay has recorded the source
+	CauseDatabaseDown   = "database_down"     // its database is out of service: unreachable, or not taken up
 )
 
 // leasePhase is where this process stands with a source's lease.
@@ -86,6 +87,12 @@ type sourceCondition struct {
 // its lease, its worker's claims and takeover, and the states of its sinks
 // (sinkStates, by sink name).
 func (r *runningSource) condition(now time.Time, sinkStates map[string]string) sourceCondition {
+	if since, err := r.health.get(); err != nil {
+		return databaseDown(r.cs.Database, err, now.Sub(since))
+	}
+	if r.placeholder {
+		return sourceCondition{StateStarting, "", "its database is being taken up"}
+	}
 	r.mu.Lock()
 	w, phase, since, leaseErr := r.worker, r.lease, r.since, r.leaseErr
 	r.mu.Unlock()
@@ -131,6 +138,13 @@ func (r *runningSource) condition(now time.Time, sinkStates map[string]string) s
 		}
 	}
 	return sourceCondition{State: StateRelaying}
+}
+
+// databaseDown is the condition of a source whose database db has been
+// out of service for d, err saying why.
+func databaseDown(db string, err error, d time.Duration) sourceCondition {
+	return sourceCondition{StateStuck, CauseDatabaseDown,
+		fmt.Sprintf("database %s out of service for %s: %v", db, d.Round(time.Second), err)}
 }
 
 // sinkNames are the sinks the source publishes to.

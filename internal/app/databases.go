@@ -5,11 +5,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
+
+// The databases this process runs, by name: those of the configuration
+// (databases.<name> with a dsn) and the members of its multi-database
+// entries (<entry>/<database>, see members.go), which come and go while
+// Run runs. a.dbs, a.leases, a.health and a.members are guarded by
+// a.dbMu.
 
 // driverOf returns the registered driver that database name names.
 func driverOf(name string, db config.Database) (driver.Driver, error) {
@@ -18,6 +27,15 @@ func driverOf(name string, db config.Database) (driver.Driver, error) {
 		return nil, fmt.Errorf("databases.%s.driver: %q is not supported", name, db.Driver)
 	}
 	return d, nil
+}
+
+// dbPath is the field path that names database name in errors: its
+// entry's for a member.
+func dbPath(name string) string {
+	if entry, _, ok := config.SplitMemberName(name); ok {
+		return "databases." + entry + " (" + name + ")"
+	}
+	return "databases." + name
 }
 
 // openDB connects to database name through its driver, and takes its lease
@@ -30,34 +48,95 @@ func (a *App) openDB(ctx context.Context, name string, db config.Database) error
 	// A claim whose relay stopped talking ends after the shortest
 	// claim_timeout of the database's sources.
 	timeout := time.Duration(0)
-	for _, s := range a.cfg.Sources {
-		if s.Database == name && s.ClaimTimeout > 0 && (timeout == 0 || s.ClaimTimeout.D() < timeout) {
+	for _, p := range a.cfg.SourcesOn(name) {
+		if s := p.Source; s.ClaimTimeout > 0 && (timeout == 0 || s.ClaimTimeout.D() < timeout) {
 			timeout = s.ClaimTimeout.D()
 		}
 	}
 	h, err := d.Open(ctx, driver.OpenParams{DSN: db.DSN, MaxConns: db.MaxConns, RelaySchema: a.cfg.RelaySchema,
 		Owner: a.owner, ClaimTimeout: timeout, Tracer: a.tracer})
 	if fe := (*driver.FieldError)(nil); errors.As(err, &fe) {
-		return fmt.Errorf("databases.%s.%w", name, err)
+		return fmt.Errorf("%s.%w", dbPath(name), err)
 	} else if err != nil {
-		return fmt.Errorf("databases.%s: %w", name, err)
+		return fmt.Errorf("%s: %w", dbPath(name), err)
 	}
-	a.dbs[name] = h
 	l, ok := h.(driver.Leaser)
 	if !ok {
-		return fmt.Errorf("databases.%s.driver: %s has no lease table", name, db.Driver)
+		_ = h.Close()
+		return fmt.Errorf("%s.driver: %s has no lease table", dbPath(name), db.Driver)
 	}
+	a.dbMu.Lock()
+	a.dbs[name] = h
 	a.leases[name] = l.Leases()
+	if a.health[name] == nil {
+		a.health[name] = &dbHealth{}
+	}
+	a.dbMu.Unlock()
 	return nil
 }
 
 // db returns the named database, or an error naming it.
 func (a *App) db(name string) (driver.DB, error) {
+	a.dbMu.RLock()
 	db, ok := a.dbs[name]
+	a.dbMu.RUnlock()
 	if !ok {
 		return nil, fmt.Errorf("unknown database %q", name)
 	}
 	return db, nil
+}
+
+// leasesOf returns database name's lease table for this process.
+func (a *App) leasesOf(name string) *lease.Leases {
+	a.dbMu.RLock()
+	defer a.dbMu.RUnlock()
+	return a.leases[name]
+}
+
+// dbConfig returns the settings of database name: a database of the
+// configuration, or a member this process knows.
+func (a *App) dbConfig(name string) (config.Database, bool) {
+	if _, _, member := config.SplitMemberName(name); !member {
+		db, ok := a.cfg.Databases[name]
+		return db, ok && !db.Multi()
+	}
+	a.dbMu.RLock()
+	defer a.dbMu.RUnlock()
+	if m, ok := a.members[name]; ok {
+		return m.Database, true
+	}
+	return config.Database{}, false
+}
+
+// databaseNames lists, sorted, the databases this process has open: those
+// of the configuration and the members it reached.
+func (a *App) databaseNames() []string {
+	a.dbMu.RLock()
+	defer a.dbMu.RUnlock()
+	return slices.Sorted(maps.Keys(a.dbs))
+}
+
+// servingNames is databaseNames without the members out of service:
+// where the relay's own tables can be read (dead letters, status).
+func (a *App) servingNames() []string {
+	var out []string
+	for _, name := range a.databaseNames() {
+		if _, _, member := config.SplitMemberName(name); member {
+			if _, err := a.healthOf(name).get(); err != nil {
+				continue
+			}
+		}
+		out = append(out, name)
+	}
+	return out
+}
+
+// HasDatabase reports whether name is a database this process has open: a
+// database of the configuration, or a member of a multi-database entry
+// (<entry>/<database>) it found and reached.
+func (a *App) HasDatabase(name string) bool {
+	_, err := a.db(name)
+	return err == nil
 }
 
 // capability returns database name as C, or an error saying its driver
@@ -70,7 +149,8 @@ func capability[C any](a *App, name, what string) (C, error) {
 	}
 	c, ok := db.(C)
 	if !ok {
-		return zero, fmt.Errorf("databases.%s: the %s driver cannot %s", name, a.cfg.Databases[name].Driver, what)
+		conf, _ := a.dbConfig(name)
+		return zero, fmt.Errorf("%s: the %s driver cannot %s", dbPath(name), conf.Driver, what)
 	}
 	return c, nil
 }
