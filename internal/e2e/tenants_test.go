@@ -27,8 +27,10 @@ const tenantDDL = `CREATE TABLE public.outbox (id bigserial PRIMARY KEY, k text 
 
 // TestTenantDatabases: a database per tenant, found on the server by a
 // pattern. The relay takes up 50 of them, each with its own pool, relay
-// schema and source (orders@tenants/<database>), and delivers every row; a
-// database created while it runs is taken up and its rows delivered; one
+// schema and source (orders@tenants/<database>), and delivers every row,
+// though one cannot be reached at the start (it is stuck, database_down,
+// and taken up by the retries once it can be); a database created while
+// it runs is taken up and its rows delivered; one
 // dropped is let go (its source stopped, its pool closed) while the others
 // go on; one made unreachable makes its own source stuck with cause
 // database_down, named by /readyz, the state gauge and status, while the
@@ -61,13 +63,25 @@ func TestTenantDatabases(t *testing.T) {
 			Poll: config.Poll{Min: config.Duration(10 * time.Millisecond), Max: config.Duration(200 * time.Millisecond)}}},
 	}
 	cfg.ApplyDefaults()
+	// One tenant cannot be reached at the start: the others start.
+	const late = 5
+	tdb.exec(t, "ALTER DATABASE "+tdb.name(late)+" ALLOW_CONNECTIONS false")
 	col := collect(t, brokers, "tenants")
 	start := time.Now()
 	a, _ := runApp(t, cfg)
-	waitFor(t, 40*time.Second, "every tenant's rows", func() (bool, string) {
+	waitFor(t, 40*time.Second, "every reachable tenant's rows", func() (bool, string) {
+		return tenantRows(col.records()).complete(prefix, tenants, rowsEach, late)
+	})
+	t.Logf("%d databases: %d rows delivered %v after the start", tenants-1, (tenants-1)*rowsEach, time.Since(start).Round(time.Millisecond))
+	lateSource := "orders@tenants/" + tdb.name(late)
+	if s := sourceStates(t, a)[lateSource]; s != app.StateStuck+"/"+app.CauseDatabaseDown {
+		t.Errorf("a tenant unreachable at the start: %s is %q, want stuck/database_down", lateSource, s)
+	}
+	// Reachable, it is taken up by the retries.
+	tdb.exec(t, "ALTER DATABASE "+tdb.name(late)+" ALLOW_CONNECTIONS true")
+	waitFor(t, 20*time.Second, "the late tenant's rows", func() (bool, string) {
 		return tenantRows(col.records()).complete(prefix, tenants, rowsEach)
 	})
-	t.Logf("%d databases: %d rows delivered %v after the start", tenants, tenants*rowsEach, time.Since(start).Round(time.Millisecond))
 
 	// A database created while the relay runs is taken up.
 	tdb.create(t, tenants)
