@@ -122,9 +122,9 @@ func (a *App) ReplayDead(ctx context.Context, db string, f source.DLQFilter, act
 	if err != nil || len(evs) == 0 {
 		return 0, err
 	}
-	srcs, err := a.Resolve(ctx)
-	if err != nil {
-		return 0, err
+	srcs, errs := a.resolveOn(ctx, db)
+	if len(errs) > 0 {
+		return 0, errs[0]
 	}
 	stores := map[string]*Source{}
 	for _, s := range srcs {

@@ -116,6 +116,11 @@ func (a *App) databaseNames() []string {
 	return slices.Sorted(maps.Keys(a.dbs))
 }
 
+// DatabaseNames lists, sorted, the databases this process has open: those
+// of the configuration and the members of its multi-database entries
+// (<entry>/<database>) it found and reached.
+func (a *App) DatabaseNames() []string { return a.databaseNames() }
+
 // servingNames is databaseNames without the members out of service:
 // where the relay's own tables can be read (dead letters, status).
 func (a *App) servingNames() []string {

@@ -93,6 +93,41 @@ func FindMembers(ctx context.Context, cfg *config.Config, entry string) ([]confi
 	return out, nil
 }
 
+// Target is a database by name, configured: one of the configuration, or a
+// member of a multi-database entry.
+type Target struct {
+	Name     string
+	Database config.Database
+}
+
+// Member reports whether the target is a member of a multi-database entry.
+func (t Target) Member() bool {
+	_, _, ok := config.SplitMemberName(t.Name)
+	return ok
+}
+
+// Databases lists, sorted, the databases of cfg now: each database of the
+// configuration and each member its multi-database entries list or
+// discover. An entry whose members cannot be found is an error naming it.
+func Databases(ctx context.Context, cfg *config.Config) ([]Target, error) {
+	var out []Target
+	for _, name := range slices.Sorted(maps.Keys(cfg.Databases)) {
+		db := cfg.Databases[name]
+		if !db.Multi() {
+			out = append(out, Target{Name: name, Database: db})
+			continue
+		}
+		ms, err := FindMembers(ctx, cfg, name)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range ms {
+			out = append(out, Target{Name: m.Name, Database: m.Database})
+		}
+	}
+	return out, nil
+}
+
 // multiEntries lists the configuration's multi-database entries, sorted.
 func multiEntries(cfg *config.Config) []string {
 	var out []string

@@ -1,0 +1,113 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/outbox-relay/outbox-relay/internal/app"
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+)
+
+// TestListedDatabases: an entry listing its databases (dsns), one of which
+// does not exist. migrate up migrates the others and fails naming it;
+// check reports it; run relays the others (each with its own wake-up
+// trigger and listener), while the missing one's source is stuck with
+// cause database_down; status says so.
+func TestListedDatabases(t *testing.T) {
+	t.Parallel()
+	dsnA, poolA := pgtest.NewDB(t)
+	dsnB, poolB := pgtest.NewDB(t)
+	pgtest.Exec(t, poolA, tenantDDL)
+	pgtest.Exec(t, poolB, tenantDDL)
+	u, err := url.Parse(dsnA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	missing := "outbox_missing_" + pgtest.Suffix()
+	u.Path = "/" + missing
+	dsnC := u.String()
+	names := map[string]string{}
+	for _, d := range []string{dsnA, dsnB, dsnC} {
+		p, _ := url.Parse(d)
+		names[d] = "shards/" + strings.TrimPrefix(p.Path, "/")
+	}
+	c := kafkaCluster(t, kfake.SeedTopics(1, "shards"))
+	path := writeYAML(t, fmt.Sprintf(`log: {level: warn, format: text}
+admin: {listen: "off"}
+lease_ttl: 3s
+databases:
+  shards:
+    dsns: [%q, %q, %q]
+sinks:
+  kafka: {type: kafka, brokers: [%q]}
+sources:
+  - name: orders
+    database: shards
+    table: public.outbox
+    topic: shards
+    poll: {min: 10ms, max: 2s}
+    layout: {id: id, payload: payload, key: "{k}", created_at: created_at, order_by: id, state: {mode: delete}}
+`, dsnA, dsnB, dsnC, c.ListenAddrs()[0]))
+
+	out, err := runCLI(t, "--config", path, "migrate", "up")
+	if err == nil || !strings.Contains(out, names[dsnA]+": up to date") || !strings.Contains(out, names[dsnB]+": up to date") ||
+		!strings.Contains(out, names[dsnC]+": FAILED") {
+		t.Errorf("migrate up: %v, want the two databases migrated and the missing one failed:\n%s", err, out)
+	}
+	out, err = runCLI(t, "--config", path, "check", "--skip-sinks")
+	if err == nil || !strings.Contains(out, "database "+names[dsnC]+" is out of service") ||
+		!strings.Contains(out, "databases."+names[dsnA]+": connected") || !strings.Contains(out, "source orders@"+names[dsnB]+":") {
+		t.Errorf("check: %v, want the missing database reported and the others checked:\n%s", err, out)
+	}
+
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	col := collect(t, c.ListenAddrs(), "shards")
+	a, stop := runApp(t, cfg)
+	stuck := "orders@" + names[dsnC]
+	waitFor(t, 15*time.Second, "the sources relaying, the missing database's stuck", func() (bool, string) {
+		st := sourceStates(t, a)
+		return st["orders@"+names[dsnA]] == app.StateRelaying && st["orders@"+names[dsnB]] == app.StateRelaying &&
+			st[stuck] == app.StateStuck+"/"+app.CauseDatabaseDown, fmt.Sprint(st)
+	})
+	wrote := time.Now()
+	pgtest.Exec(t, poolA, `INSERT INTO public.outbox (k, payload) VALUES ('a', '{"n": 1}')`)
+	pgtest.Exec(t, poolB, `INSERT INTO public.outbox (k, payload) VALUES ('b', '{"n": 1}')`)
+	waitFor(t, 10*time.Second, "both rows", func() (bool, string) {
+		got := tenantRows(col.records())
+		return got["orders@"+names[dsnA]] == 1 && got["orders@"+names[dsnB]] == 1, fmt.Sprint(got)
+	})
+	t.Logf("rows delivered %v after they were written", time.Since(wrote).Round(time.Millisecond))
+	st, err := a.Status(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range st {
+		if s.Source == stuck {
+			found = s.Cause == app.CauseDatabaseDown && s.Database == names[dsnC]
+		}
+	}
+	if !found {
+		t.Errorf("status does not list %s with cause database_down: %+v", stuck, st)
+	}
+	stop()
+
+	out, err = runCLI(t, "--config", path, "status")
+	if err == nil || !strings.Contains(out, "STUCK: database "+names[dsnC]+" out of service") {
+		t.Errorf("status: %v, want %s stuck, its database out of service:\n%s", err, stuck, out)
+	}
+	out, _ = runCLI(t, "--config", path, "status", "--json")
+	if !strings.Contains(out, `"cause": "database_down"`) {
+		t.Errorf("status --json: no source with cause database_down:\n%s", out)
+	}
+}
