@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -134,6 +135,19 @@ func (a *App) servingNames() []string {
 		out = append(out, name)
 	}
 	return out
+}
+
+// belongs reports whether source (a name as the relay's tables record it)
+// runs on database db, a member of a multi-database entry. On MySQL the
+// members of one server share the relay's database, so its tables hold
+// the other members' sources too.
+func (a *App) belongs(db, source string) bool {
+	for _, p := range a.cfg.SourcesOn(db) {
+		if source == p.Source.Name || strings.HasPrefix(source, p.Source.Name+":") {
+			return true
+		}
+	}
+	return false
 }
 
 // HasDatabase reports whether name is a database this process has open: a

@@ -165,14 +165,18 @@ func (a *App) letGo(rt *runtime, m *member) {
 	}
 	m.wg.Wait()
 	a.mu.Lock()
-	stopped := 0
+	var names []string
 	for name, r := range a.running {
 		if r.cs.Database == m.Name {
 			delete(a.running, name)
-			stopped++
+			names = append(names, name)
 		}
 	}
 	a.mu.Unlock()
+	for _, name := range names {
+		a.metrics.Forget(name)
+	}
+	stopped := len(names)
 	a.dbMu.Lock()
 	db := a.dbs[m.Name]
 	delete(a.dbs, m.Name)

@@ -21,7 +21,11 @@ func (a *App) ListFailed(ctx context.Context, db string, f source.DLQFilter) ([]
 	if err != nil {
 		return nil, err
 	}
-	return d.ListFailed(ctx, f)
+	evs, err := d.ListFailed(ctx, f)
+	if _, _, member := config.SplitMemberName(db); !member || err != nil {
+		return evs, err
+	}
+	return slices.DeleteFunc(evs, func(e source.FailedEvent) bool { return !a.belongs(db, e.Source) }), nil
 }
 
 // Replay puts dead letters of source s back into its table's pending set,

@@ -142,26 +142,13 @@ func (a *App) resolveWhere(ctx context.Context, where func(db string) bool) ([]*
 	)
 	open := a.databaseNames()
 	for i, cs := range a.cfg.Sources {
-		dbs := []string{cs.Database}
-		if db, ok := a.cfg.Databases[cs.Database]; ok && db.Multi() {
-			dbs = nil
-			for _, name := range open {
-				if entry, _, member := config.SplitMemberName(name); member && entry == cs.Database {
-					dbs = append(dbs, name)
-				}
-			}
-		}
-		for _, db := range dbs {
-			if !where(db) {
+		for _, p := range a.placedOn(i, cs, open) {
+			if !where(p.Source.Database) {
 				continue
 			}
-			on := cs
-			if db != cs.Database {
-				on.Name, on.Database = config.MemberSourceName(cs.Name, db), db
-			}
-			srcs, err := a.resolveConfigSource(ctx, i, on)
+			srcs, err := a.resolveConfigSource(ctx, i, p.Source)
 			if err != nil {
-				errs = append(errs, fmt.Errorf("source %q: %w", on.Name, err))
+				errs = append(errs, fmt.Errorf("source %q: %w", p.Source.Name, err))
 				continue
 			}
 			out = append(out, srcs...)

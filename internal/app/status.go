@@ -96,6 +96,9 @@ func (a *App) Status(ctx context.Context) ([]SourceStatus, error) {
 			return nil, fmt.Errorf("%s: read status: %w", dbPath(db), err)
 		}
 		for _, g := range got {
+			if member && !a.belongs(db, g.Source) {
+				continue // another member's, in a relay database they share (MySQL)
+			}
 			s := SourceStatus{Source: g.Source, Database: db, Table: g.Table, Owner: g.Owner, Term: g.Term, Held: g.Held,
 				Pending: g.Pending, OldestPendingSeconds: g.OldestPendingSeconds, EventsPerSecond: g.EventsPerSecond,
 				Retrying: g.Retrying, DeadLetters: g.DeadLetters, LastClaim: g.LastClaim, Updated: g.Updated, Sinks: g.Sinks,
@@ -120,7 +123,7 @@ func (a *App) judge(recorded []SourceStatus, down map[string]sourceCondition, no
 		for _, p := range a.placed(i, cs) {
 			name, db := p.Source.Name, p.Source.Database
 			if c, ok := down[db]; ok {
-				s := SourceStatus{Source: name, Database: db, Table: cs.Table, Sinks: map[string]string{},
+				s := SourceStatus{Source: name, Database: db, Table: p.Source.Table, Sinks: map[string]string{},
 					State: c.State, Cause: c.Cause, Reason: c.Reason, PendingStale: true}
 				if c.State == StateStuck {
 					s.Stuck = c.Reason
@@ -137,7 +140,7 @@ func (a *App) judge(recorded []SourceStatus, down map[string]sourceCondition, no
 				out = append(out, judgeRecord(s, cs, now))
 			}
 			if !found {
-				out = append(out, SourceStatus{Source: name, Database: db, Table: cs.Table,
+				out = append(out, SourceStatus{Source: name, Database: db, Table: p.Source.Table,
 					Sinks: map[string]string{}, State: StateStuck, Cause: CauseNotRecorded,
 					Reason: "no relay has recorded it yet", Stuck: "no relay has recorded it yet", PendingStale: true})
 			}
@@ -149,14 +152,25 @@ func (a *App) judge(recorded []SourceStatus, down map[string]sourceCondition, no
 // placed lists where source i of the configuration runs: on its database,
 // or on every database of its multi-database entry this process knows.
 func (a *App) placed(i int, cs config.Source) []config.Placed {
+	var names []string
+	for _, m := range a.membersOf(cs.Database) {
+		names = append(names, m.Name)
+	}
+	return a.placedOn(i, cs, names)
+}
+
+// placedOn lists where source i of the configuration runs: on its
+// database, or, for a source of a multi-database entry, on each of the
+// databases named that is a member of it (as package config places it).
+func (a *App) placedOn(i int, cs config.Source, names []string) []config.Placed {
 	db, ok := a.cfg.Databases[cs.Database]
 	if !ok || !db.Multi() {
 		return []config.Placed{{Index: i, Source: cs}}
 	}
 	var out []config.Placed
-	for _, m := range a.membersOf(cs.Database) {
-		for _, p := range a.cfg.SourcesOn(m.Name) {
-			if p.Index == i {
+	for _, name := range names {
+		for _, p := range a.cfg.SourcesOn(name) {
+			if p.Index == i && p.Source.Database == name {
 				out = append(out, p)
 			}
 		}

@@ -184,7 +184,10 @@ type Source struct {
 	Name     string `yaml:"name"`
 	Database string `yaml:"database"` // key of Databases; default: the only one
 	// Table is schema-qualified: "journey_matcher.outbox" or
-	// `tenant."OutboxEvent"`. Exactly one of Table and Discover is set.
+	// `tenant."OutboxEvent"`. Exactly one of Table and Discover is set. On
+	// an entry with dsns or discover, "{database}" stands for each
+	// database's name: on MySQL, where the schema is the database,
+	// "{database}.kafka_outbox".
 	Table    string    `yaml:"table"`
 	Discover *Discover `yaml:"discover"`
 	// Preset names a built-in layout (see internal/layout); Layout overrides

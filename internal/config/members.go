@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
 
 // A database entry with dsns or discover stands for many databases. The
@@ -15,7 +17,9 @@ import (
 //     connection string its own, and max_conns is its own budget;
 //   - each source naming the entry is a template: it runs once on every
 //     member, named "<source>@<entry>/<database>" (MemberSourceName), with
-//     everything else copied (SourcesOn). A template that discovers its
+//     everything else copied (SourcesOn), but for "{database}" in its
+//     table, which is the member's database (TableOn). A template that
+//     discovers its
 //     tables by schema names each table it finds
 //     "<source>@<entry>/<database>:<schema>.<table>".
 //
@@ -79,11 +83,30 @@ func (c *Config) SourcesOn(name string) []Placed {
 			continue
 		}
 		if member {
-			s.Name, s.Database = MemberSourceName(s.Name, name), name
+			_, dbname, _ := SplitMemberName(name)
+			s.Name, s.Database, s.Table = MemberSourceName(s.Name, name), name, TableOn(s.Table, dbname)
 		}
 		out = append(out, Placed{Index: i, Source: s})
 	}
 	return out
+}
+
+// DatabasePlaceholder, in the table of a source on a multi-database
+// entry, stands for each database's own name: on MySQL, where a table's
+// schema is its database, "{database}.kafka_outbox".
+const DatabasePlaceholder = "{database}"
+
+// TableOn is table on database dbname: DatabasePlaceholder replaced by the
+// database's name, quoted when it is not a plain lower-case identifier.
+func TableOn(table, dbname string) string {
+	if !strings.Contains(table, DatabasePlaceholder) {
+		return table
+	}
+	id := dbname
+	if layout.CheckPlainIdent(dbname) != nil {
+		id = `"` + strings.ReplaceAll(dbname, `"`, `""`) + `"`
+	}
+	return strings.ReplaceAll(table, DatabasePlaceholder, id)
 }
 
 // regexPrefix marks a discovery pattern that is a regular expression.

@@ -145,3 +145,32 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(data)
 }
+
+// TestTableOn: {database} in a template's table is each member's database,
+// quoted when it must be; a source on one database may not use it.
+func TestTableOn(t *testing.T) {
+	for _, tt := range []struct{ table, db, want string }{
+		{"{database}.kafka_outbox", "shop_eu", "shop_eu.kafka_outbox"},
+		{"{database}.kafka_outbox", "Shop-EU", `"Shop-EU".kafka_outbox`},
+		{`{database}.kafka_outbox`, `a"b`, `"a""b".kafka_outbox`},
+		{"public.outbox", "shop_eu", "public.outbox"},
+	} {
+		if got := TableOn(tt.table, tt.db); got != tt.want {
+			t.Errorf("TableOn(%q, %q) = %q, want %q", tt.table, tt.db, got, tt.want)
+		}
+	}
+	const sinks = "sinks:\n  kafka: {type: kafka, brokers: [localhost:9092]}\n"
+	c := mustParse(t, "databases:\n  shops: {driver: mysql, dsns: ['relay@tcp(db:3306)/Shop-EU']}\n"+sinks+
+		"sources:\n  - {name: o, table: '{database}.kafka_outbox', preset: kafka-outbox}\n", nil)
+	if on := c.SourcesOn("shops/Shop-EU"); len(on) != 1 || on[0].Source.Table != `"Shop-EU".kafka_outbox` {
+		t.Errorf("SourcesOn = %+v", on)
+	}
+	msg := parseErr(t, "databases:\n  main: {dsn: x}\n"+sinks+"sources:\n  - {name: o, table: '{database}.outbox'}\n")
+	if want := "sources[0].table: {database} stands for each database of an entry with dsns or discover; main is one database"; !strings.Contains(msg, want) {
+		t.Errorf("error does not contain %q:\n%s", want, msg)
+	}
+	msg = parseErr(t, "databases:\n  t: {dsns: [x]}\n"+sinks+"sources:\n  - {name: o, table: '{database}'}\n")
+	if !strings.Contains(msg, "sources[0].table: invalid table name") {
+		t.Errorf("a table of {database} alone: %s", msg)
+	}
+}

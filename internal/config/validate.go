@@ -207,7 +207,9 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 		ps.add(p, "set exactly one of table and discover")
 	}
 	if s.Table != "" {
-		if _, _, err := layout.ParseTableName(s.Table); err != nil {
+		if db, ok := c.Databases[s.Database]; ok && !db.Multi() && strings.Contains(s.Table, DatabasePlaceholder) {
+			ps.add(p+".table", "%s stands for each database of an entry with dsns or discover; %s is one database", DatabasePlaceholder, s.Database)
+		} else if _, _, err := layout.ParseTableName(TableOn(s.Table, "database")); err != nil {
 			ps.add(p+".table", "%v", err)
 		}
 	}
@@ -280,7 +282,7 @@ func validateManageTable(ps *problems, p string, s *Source) {
 		ps.add(p+".manage_table", "needs table (a discovered table is not managed)")
 		return
 	}
-	schema, table, err := layout.ParseTableName(s.Table)
+	schema, table, err := layout.ParseTableName(TableOn(s.Table, "database"))
 	if err != nil {
 		return // reported on .table
 	}

@@ -12,7 +12,9 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 // TestListedDatabases: an entry listing its databases (dsns), one of which
@@ -109,5 +111,76 @@ sources:
 	out, _ = runCLI(t, "--config", path, "status", "--json")
 	if !strings.Contains(out, `"cause": "database_down"`) {
 		t.Errorf("status --json: no source with cause database_down:\n%s", out)
+	}
+}
+
+// TestListedDatabasesMariaDB: two MariaDB databases of one server listed
+// by an entry, one template source on both ("{database}.kafka_outbox",
+// each table created by the relay). Both deliver; the relay database they
+// share on the server holds both sources' records and dead letters, yet
+// status lists each source once and each database's dead letters are its
+// own.
+func TestListedDatabasesMariaDB(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	nameA, dsnA := mytest.NewDatabase(t, "e2e_shop")
+	nameB, dsnB := mytest.NewDatabase(t, "e2e_shop")
+	relayDB := "relay_" + mytest.Suffix()
+	t.Cleanup(func() { mytest.Drop(t, relayDB) })
+	c := kafkaCluster(t, kfake.SeedTopics(1, "orders"))
+	cfg := &config.Config{
+		RelaySchema: relayDB,
+		Admin:       config.Admin{Listen: "off"},
+		LeaseTTL:    config.Duration(3 * time.Second),
+		Shutdown:    config.Shutdown{Timeout: config.Duration(5 * time.Second)},
+		Databases:   map[string]config.Database{"shops": {Driver: "mysql", DSNs: []string{dsnA, dsnB}}},
+		Sinks:       map[string]config.Sink{"kafka": {Type: "kafka", Brokers: c.ListenAddrs()}},
+		Sources: []config.Source{{Name: "shop", Database: "shops", Table: "{database}.kafka_outbox", Preset: "kafka-outbox",
+			Poll: config.Poll{Min: config.Duration(10 * time.Millisecond), Max: config.Duration(100 * time.Millisecond)}}},
+	}
+	cfg.ApplyDefaults()
+	col := collect(t, c.ListenAddrs(), "orders")
+	a, _ := runApp(t, cfg)
+	srcA, srcB := "shop@shops/"+nameA, "shop@shops/"+nameB
+	waitFor(t, 20*time.Second, "both sources relaying", func() (bool, string) {
+		st := sourceStates(t, a)
+		return st[srcA] == app.StateRelaying && st[srcB] == app.StateRelaying, fmt.Sprint(st)
+	})
+	for _, dsn := range []string{dsnA, dsnB} {
+		db := openMySQL(t, dsn)
+		for i := range 3 {
+			if _, err := db.ExecContext(ctx, "INSERT INTO kafka_outbox (topic, `key`, payload_json) VALUES ('orders', ?, ?)",
+				fmt.Sprint("k", i), fmt.Sprintf(`{"n": %d}`, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := openMySQL(t, dsnA).ExecContext(ctx, "INSERT INTO kafka_outbox (topic, `key`, payload_json) VALUES ('orders', 'bad', '{')"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, "three rows of each database", func() (bool, string) {
+		got := tenantRows(col.records())
+		return got[srcA] == 3 && got[srcB] == 3, fmt.Sprint(got)
+	})
+	var deadA, deadB int
+	waitFor(t, 10*time.Second, "the bad row dead-lettered in its own database", func() (bool, string) {
+		a1, err1 := a.ListFailed(ctx, "shops/"+nameA, source.DLQFilter{})
+		b1, err2 := a.ListFailed(ctx, "shops/"+nameB, source.DLQFilter{})
+		deadA, deadB = len(a1), len(b1)
+		return err1 == nil && err2 == nil && deadA == 1, fmt.Sprintf("%d and %d (%v, %v)", deadA, deadB, err1, err2)
+	})
+	if deadB != 0 {
+		t.Errorf("the other database lists %d dead letters of the first", deadB)
+	}
+	st, err := a.Status(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]int{}
+	for _, s := range st {
+		seen[s.Source]++
+	}
+	if len(st) != 2 || seen[srcA] != 1 || seen[srcB] != 1 {
+		t.Errorf("status lists %v, want %s and %s once each", seen, srcA, srcB)
 	}
 }

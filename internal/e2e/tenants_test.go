@@ -101,6 +101,9 @@ func TestTenantDatabases(t *testing.T) {
 		return !running && !a.HasDatabase("tenants/"+tdb.name(dropped)), fmt.Sprintf("%s: %q", gone, st[gone])
 	})
 	t.Logf("a dropped database let go %v after the drop", time.Since(since).Round(time.Millisecond))
+	if n := seriesOf(t, a, gone); n > 0 {
+		t.Errorf("the stopped source still exports %d series", n)
+	}
 	// The others are undisturbed: every one relaying, new rows delivered.
 	st := sourceStates(t, a)
 	for i := range tenants + 1 {
@@ -342,4 +345,22 @@ func labels(m *dto.Metric) map[string]string {
 		out[l.GetName()] = l.GetValue()
 	}
 	return out
+}
+
+// seriesOf counts the series labelled with source.
+func seriesOf(t *testing.T, a *app.App, source string) int {
+	t.Helper()
+	mfs, err := a.Registry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			if labels(m)["source"] == source {
+				n++
+			}
+		}
+	}
+	return n
 }
