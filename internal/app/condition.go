@@ -38,7 +38,7 @@ const (
 	CauseLeaseElsewhere = "lease_elsewhere"   // another replica holds the lease
 	CauseLeaseUnheld    = "lease_unheld"      // nobody holds the lease (or it cannot be had)
 	CauseNotRecorded    = "not_recorded"      // no relay has recorded the source
-	CauseDatabaseDown   = "database_down"     // its database is out of service: unreachable, or not taken up
+	CauseDatabaseDown   = "database_down"     // its database does not answer, or (a member) could not be taken up
 )
 
 // leasePhase is where this process stands with a source's lease.
