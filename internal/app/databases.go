@@ -128,7 +128,7 @@ func (a *App) servingNames() []string {
 	var out []string
 	for _, name := range a.databaseNames() {
 		if _, _, member := config.SplitMemberName(name); member {
-			if _, err := a.healthOf(name).get(); err != nil {
+			if _, err := a.healthNow(name); err != nil {
 				continue
 			}
 		}

@@ -53,6 +53,15 @@ func (a *App) healthOf(name string) *dbHealth {
 	return h
 }
 
+// healthNow is database name's health as it stands, nil (in service) when
+// it has none: a read that must not create one for a database let go.
+func (a *App) healthNow(name string) (time.Time, error) {
+	a.dbMu.RLock()
+	h := a.health[name]
+	a.dbMu.RUnlock()
+	return h.get()
+}
+
 // probeEvery is how often a running database is pinged: a third of the
 // lease TTL, the pace of its lease renewals.
 func (a *App) probeEvery() time.Duration { return max(a.cfg.LeaseTTL.D()/3, 100*time.Millisecond) }

@@ -230,7 +230,7 @@ func (a *App) DatabaseProblems() []error {
 	names := slices.Sorted(maps.Keys(a.members))
 	a.dbMu.RUnlock()
 	for _, name := range names {
-		if _, err := a.healthOf(name).get(); err != nil {
+		if _, err := a.healthNow(name); err != nil {
 			errs = append(errs, fmt.Errorf("database %s is out of service: %w", name, err))
 		}
 	}

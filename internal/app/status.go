@@ -73,7 +73,7 @@ func (a *App) Status(ctx context.Context) ([]SourceStatus, error) {
 	now := time.Now()
 	down := map[string]sourceCondition{}
 	for _, m := range a.membersOf("") {
-		if since, err := a.healthOf(m.Name).get(); err != nil {
+		if since, err := a.healthNow(m.Name); err != nil {
 			down[m.Name] = databaseDown(m.Name, err, now.Sub(since))
 		} else if !a.HasDatabase(m.Name) {
 			down[m.Name] = sourceCondition{StateStarting, CauseDatabaseDown, "database " + m.Name + " not connected yet"}
