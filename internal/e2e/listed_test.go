@@ -20,13 +20,14 @@ import (
 // TestListedDatabases: an entry listing its databases (dsns), one of which
 // does not exist. migrate up migrates the others and fails naming it;
 // check reports it; run relays the others (each with its own wake-up
-// trigger and listener), while the missing one's source is stuck with
-// cause database_down; status says so.
+// trigger and listener), a table discovered by schema in one of them
+// included, while the missing one's sources are stuck with cause
+// database_down; status says so.
 func TestListedDatabases(t *testing.T) {
 	t.Parallel()
 	dsnA, poolA := pgtest.NewDB(t)
 	dsnB, poolB := pgtest.NewDB(t)
-	pgtest.Exec(t, poolA, tenantDDL)
+	pgtest.Exec(t, poolA, tenantDDL, "CREATE SCHEMA svc_billing", strings.Replace(tenantDDL, "public.", "svc_billing.", 1))
 	pgtest.Exec(t, poolB, tenantDDL)
 	u, err := url.Parse(dsnA)
 	if err != nil {
@@ -53,6 +54,12 @@ sources:
   - name: orders
     database: shards
     table: public.outbox
+    topic: shards
+    poll: {min: 10ms, max: 2s}
+    layout: {id: id, payload: payload, key: "{k}", created_at: created_at, order_by: id, state: {mode: delete}}
+  - name: services
+    database: shards
+    discover: {schemas: '^svc_'}
     topic: shards
     poll: {min: 10ms, max: 2s}
     layout: {id: id, payload: payload, key: "{k}", created_at: created_at, order_by: id, state: {mode: delete}}
@@ -84,9 +91,11 @@ sources:
 	wrote := time.Now()
 	pgtest.Exec(t, poolA, `INSERT INTO public.outbox (k, payload) VALUES ('a', '{"n": 1}')`)
 	pgtest.Exec(t, poolB, `INSERT INTO public.outbox (k, payload) VALUES ('b', '{"n": 1}')`)
-	waitFor(t, 10*time.Second, "both rows", func() (bool, string) {
+	pgtest.Exec(t, poolA, `INSERT INTO svc_billing.outbox (k, payload) VALUES ('s', '{"n": 1}')`)
+	discovered := "services@" + names[dsnA] + ":svc_billing.outbox"
+	waitFor(t, 10*time.Second, "the rows of both databases, and of the table discovered in one", func() (bool, string) {
 		got := tenantRows(col.records())
-		return got["orders@"+names[dsnA]] == 1 && got["orders@"+names[dsnB]] == 1, fmt.Sprint(got)
+		return got["orders@"+names[dsnA]] == 1 && got["orders@"+names[dsnB]] == 1 && got[discovered] == 1, fmt.Sprint(got)
 	})
 	t.Logf("rows delivered %v after they were written", time.Since(wrote).Round(time.Millisecond))
 	st, err := a.Status(context.Background())
