@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 )
@@ -161,7 +162,9 @@ func globRegexp(glob string) (*regexp.Regexp, error) {
 			b.WriteString("]")
 			i += 1 + end
 		default:
-			b.WriteString(regexp.QuoteMeta(string(c)))
+			_, size := utf8.DecodeRuneInString(glob[i:])
+			b.WriteString(regexp.QuoteMeta(glob[i : i+size]))
+			i += size - 1
 		}
 	}
 	b.WriteString("$")

@@ -85,6 +85,7 @@ func TestDiscoverMatcher(t *testing.T) {
 		{"t?_x", []string{"t1_x", "ta_x"}, []string{"t12_x", "t_x"}},
 		{"db[0-9][!a]", []string{"db1b", "db9z"}, []string{"db1a", "dbx1", "db1"}},
 		{"a.b+c", []string{"a.b+c"}, []string{"aXb+c", "a.bbc"}},
+		{"café_?", []string{"café_1", "café_é"}, []string{"cafe_1", "café_12"}},
 		{"regex:^tenant_[0-9]+$", []string{"tenant_7"}, []string{"tenant_x", "tenant_7a"}},
 		{"regex:eu", []string{"orders_eu", "eu"}, []string{"us"}},
 		{"", []string{"anything"}, nil}, // a query rule: every name it returns
@@ -173,4 +174,25 @@ func TestTableOn(t *testing.T) {
 	if !strings.Contains(msg, "sources[0].table: invalid table name") {
 		t.Errorf("a table of {database} alone: %s", msg)
 	}
+}
+
+// FuzzDiscoverMatcher: any pattern either fails to compile or matches
+// without panicking, and a glob without metacharacters matches itself
+// alone.
+func FuzzDiscoverMatcher(f *testing.F) {
+	for _, s := range []string{"tenant_*", "t?[a-z][!0-9]", "regex:^a(b|c)$", "[", "a]b", "[]]"} {
+		f.Add(s, "tenant_1")
+	}
+	f.Fuzz(func(t *testing.T, pattern, name string) {
+		m, err := (&DatabaseDiscover{Pattern: pattern}).Matcher()
+		if err != nil {
+			return
+		}
+		m(name)
+		if pattern != "" && !strings.ContainsAny(pattern, "*?[") && !strings.HasPrefix(pattern, regexPrefix) {
+			if !m(pattern) || m(pattern+"x") {
+				t.Errorf("the plain glob %q does not match itself alone", pattern)
+			}
+		}
+	})
 }
