@@ -1,6 +1,8 @@
 // Package app assembles a relay process from its configuration: database
 // pools, the relay's schema, sinks, sources (listed or discovered), their
-// workers, the notification listeners and the admin server.
+// workers (one a shard: a source, or each bucket of a source split by
+// sources[].shards, under a lease of its own), the notification listeners
+// and the admin server.
 package app
 
 import (
@@ -24,6 +26,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/lease"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
 	"github.com/outbox-relay/outbox-relay/internal/sink/breaker"
 	"github.com/outbox-relay/outbox-relay/internal/source"
@@ -60,6 +63,8 @@ type App struct {
 	// balancers share each database's sources among the replicas (Run
 	// sets it).
 	balancers *balancers
+	// schedulers hand each database's claims out by priority, in turns.
+	schedulers map[string]*relay.Scheduler
 
 	kgoOpts       []kgo.Opt
 	tracer        any
@@ -103,6 +108,9 @@ func WithQueryTracer(t any) Option {
 	return func(a *App) { a.tracer = t }
 }
 
+// Config is the configuration the relay runs with.
+func (a *App) Config() *config.Config { return a.cfg }
+
 // Open connects to every database of cfg. It does not migrate or start
 // anything.
 func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Option) (*App, error) {
@@ -117,7 +125,7 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 		owner: fmt.Sprintf("%s/%d/%04x", host, os.Getpid(), rand.N(1<<16)),
 		dbs:   map[string]driver.DB{}, sinks: map[string]sink.Publisher{}, running: map[string]*runningSource{},
 		leases: map[string]*lease.Leases{}, health: map[string]*dbHealth{}, members: map[string]*member{},
-		entryErrs: map[string]error{}, slots: make(chan struct{}, memberSlots),
+		entryErrs: map[string]error{}, slots: make(chan struct{}, memberSlots), schedulers: map[string]*relay.Scheduler{},
 	}
 	for _, o := range opts {
 		o(a)

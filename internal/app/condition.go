@@ -9,6 +9,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/metrics"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 )
@@ -52,7 +53,7 @@ const (
 
 // standby records that the lease could not be had: err says why, nil when
 // another replica holds it.
-func (r *runningSource) standby(err error) {
+func (r *runningShard) standby(err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.lease != leaseStandby || (r.leaseErr == nil) != (err == nil) {
@@ -62,7 +63,7 @@ func (r *runningSource) standby(err error) {
 }
 
 // holding records that this process has the lease from now.
-func (r *runningSource) holding() {
+func (r *runningShard) holding() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lease, r.leaseErr, r.since = leaseHeld, nil, time.Now()
@@ -70,7 +71,7 @@ func (r *runningSource) holding() {
 
 // released records that this process's term ended (the lease lost, or the
 // worker stopped to recover): it acquires again.
-func (r *runningSource) released() {
+func (r *runningShard) released() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.lease, r.leaseErr, r.since = leaseAcquiring, nil, time.Now()
@@ -84,8 +85,12 @@ type sourceCondition struct {
 }
 
 // condition judges the source at now from this process's own knowledge:
-// its lease, its worker's claims and takeover, and the states of its sinks
-// (sinkStates, by sink name).
+// stuck (database_down) while its database is out of service, starting
+// while it stands in for a source of a database not yet taken up; else
+// from its shards: the first stuck, else starting, names its bucket and
+// says why; else the source relays when one of its shards relays here, and
+// stands by when every one is held elsewhere. An unsplit source is its one
+// shard.
 func (r *runningSource) condition(now time.Time, sinkStates map[string]string) sourceCondition {
 	if since, err := r.health.get(); err != nil {
 		return databaseDown(r.cs.Database, err, now.Sub(since))
@@ -93,6 +98,33 @@ func (r *runningSource) condition(now time.Time, sinkStates map[string]string) s
 	if r.placeholder {
 		return sourceCondition{StateStarting, "", "its database is being taken up"}
 	}
+	if len(r.shards) == 0 {
+		return sourceCondition{StateStarting, "", "not started yet"}
+	}
+	if len(r.shards) == 1 {
+		return r.shards[0].condition(now, sinkStates)
+	}
+	rank := map[string]int{StateStuck: 3, StateStarting: 2, StateRelaying: 1, StateStandby: 0}
+	var out sourceCondition
+	for i, sh := range r.shards {
+		c := sh.condition(now, sinkStates)
+		if c.Reason != "" {
+			c.Reason = "bucket " + sh.bucket.String() + ": " + c.Reason
+		}
+		if i == 0 || rank[c.State] > rank[out.State] {
+			out = c
+		}
+	}
+	if out.State == StateStandby {
+		out.Reason = "other replicas hold every bucket's lease; standing by"
+	}
+	return out
+}
+
+// condition judges the shard at now from this process's own knowledge: its
+// lease, its worker's claims and takeover, and the states of its sinks
+// (sinkStates, by sink name).
+func (r *runningShard) condition(now time.Time, sinkStates map[string]string) sourceCondition {
 	r.mu.Lock()
 	w, phase, since, leaseErr := r.worker, r.lease, r.since, r.leaseErr
 	r.mu.Unlock()
@@ -132,7 +164,7 @@ func (r *runningSource) condition(now time.Time, sinkStates map[string]string) s
 	if c.Starting {
 		return sourceCondition{StateStarting, "", "no claim yet"}
 	}
-	for _, name := range r.sinkNames() {
+	for _, name := range sinkNames(r.cs) {
 		if sinkStates[name] == "circuit open" {
 			return sourceCondition{StateStuck, CauseCircuitOpen, "sink " + name + ": circuit open"}
 		}
@@ -148,9 +180,9 @@ func databaseDown(db string, err error, d time.Duration) sourceCondition {
 }
 
 // sinkNames are the sinks the source publishes to.
-func (r *runningSource) sinkNames() []string {
-	names := []string{r.cs.Sink}
-	for _, rt := range r.cs.Routes {
+func sinkNames(cs config.Source) []string {
+	names := []string{cs.Sink}
+	for _, rt := range cs.Routes {
 		if rt.Sink != "" && !slices.Contains(names, rt.Sink) {
 			names = append(names, rt.Sink)
 		}
@@ -191,8 +223,17 @@ func (a *App) conditions(now time.Time) map[string]sourceCondition {
 // gauge.
 func (a *App) sourceStates() []metrics.SourceState {
 	var out []metrics.SourceState
+	a.mu.Lock()
+	running := maps.Clone(a.running)
+	a.mu.Unlock()
 	for name, c := range a.conditions(time.Now()) {
-		out = append(out, metrics.SourceState{Source: name, State: c.State, Cause: c.Cause})
+		st := metrics.SourceState{Source: name, State: c.State, Cause: c.Cause}
+		if r := running[name]; r != nil && len(r.shards) > 1 {
+			for _, sh := range r.shards {
+				st.Shards = append(st.Shards, metrics.ShardHeld{Shard: sh.bucket.LeaseName(name), Held: sh.active() != nil})
+			}
+		}
+		out = append(out, st)
 	}
 	return out
 }

@@ -20,7 +20,7 @@ var _ admin.API = consoleAPI{}
 
 // Sources is every source's status (what this process knows of the
 // sources it serves in place of their records), the last hour of each
-// source this process relays (pending, oldest pending age, events a
+// source as its holders sampled it (pending, oldest pending age, events a
 // second), and the replicas sharing the sources.
 func (c consoleAPI) Sources(ctx context.Context) (any, error) {
 	st, err := c.a.Status(ctx)
@@ -28,12 +28,9 @@ func (c consoleAPI) Sources(ctx context.Context) (any, error) {
 		return nil, err
 	}
 	st = c.a.overlay(st, time.Now())
-	c.a.mu.Lock()
-	h := c.a.history
-	c.a.mu.Unlock()
-	hist := map[string][]point{}
-	if h != nil {
-		hist = h.get()
+	hist, err := c.a.readHistory(ctx)
+	if err != nil {
+		return nil, err
 	}
 	reps, err := c.a.Replicas(ctx, st)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/lease"
+	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
@@ -172,4 +173,30 @@ func capability[C any](a *App, name, what string) (C, error) {
 		return zero, fmt.Errorf("%s: the %s driver cannot %s", dbPath(name), conf.Driver, what)
 	}
 	return c, nil
+}
+
+// scheduler is database name's claim scheduler: the places its batches
+// claim in turn, by priority (sources[].priority), leaving two of the
+// database's connections to the stats, leases and retention.
+//
+// A member's scheduler is sized from its own settings, and forgotten when
+// the member is let go (forgetScheduler).
+func (a *App) scheduler(name string) *relay.Scheduler {
+	conf, _ := a.dbConfig(name)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if s, ok := a.schedulers[name]; ok {
+		return s
+	}
+	s := relay.NewScheduler(conf.MaxConns - 2)
+	a.schedulers[name] = s
+	return s
+}
+
+// forgetScheduler drops database name's scheduler, so that a database of
+// the same name found later gets a new one.
+func (a *App) forgetScheduler(name string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.schedulers, name)
 }

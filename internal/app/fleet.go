@@ -186,6 +186,7 @@ func (a *App) letGo(rt *runtime, m *member) {
 	a.dbMu.Unlock()
 	rt.listeners.forget(m.Name)
 	a.balancers.forget(m.Name)
+	a.forgetScheduler(m.Name)
 	if db != nil {
 		_ = db.Close()
 	}
@@ -210,7 +211,7 @@ func (a *App) placeholders(m *member) {
 	defer a.mu.Unlock()
 	for _, p := range a.cfg.SourcesOn(m.Name) {
 		if _, ok := a.running[p.Source.Name]; !ok {
-			r := newRunningSource(p.Source)
+			r := newRunningSource(p.Source, unopened(p.Source.Shards))
 			r.health, r.placeholder = h, true
 			a.running[p.Source.Name] = r
 		}

@@ -2,18 +2,20 @@ package app
 
 import (
 	"context"
-	"sync"
+	"fmt"
+	"log/slog"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
-// historySpan is how far back the console's charts reach; historyEvery
-// is their resolution (360 points an hour).
-const (
-	historySpan  = time.Hour
-	historyEvery = 10 * time.Second
-)
+// historyEvery is the resolution of the console's charts, which reach
+// back source.SampleSpan (360 points an hour).
+const historyEvery = 10 * time.Second
 
 // point is one sample of a source for the console's charts.
 type point struct {
@@ -23,25 +25,30 @@ type point struct {
 	Rate          float64   `json:"events_per_second"`
 }
 
-// history keeps the last hour of samples of each source, in memory.
+// history samples the sources this process relays every `every` and
+// writes the samples to their databases (the relay schema's
+// source_samples, pruned to the last hour), from which any replica reads
+// them: the charts are the same whichever replica serves the console.
 type history struct {
-	mu      sync.Mutex
-	max     int
-	points  map[string][]point
-	lastN   map[string]float64 // delivered count at the previous sample
-	lastAt  map[string]time.Time
 	every   time.Duration
 	samples func() map[string]sample
+	write   func(ctx context.Context, db string, xs []source.Sample) error
+	log     *slog.Logger
+
+	lastN  map[string]float64 // delivered count at the previous sample
+	lastAt map[string]time.Time
 }
 
 // sample is what the sampler reads of a source now.
 type sample struct {
+	database                   string
 	pending, oldest, delivered float64
 }
 
-func newHistory(every time.Duration, samples func() map[string]sample) *history {
-	return &history{max: int(historySpan / every), points: map[string][]point{}, lastN: map[string]float64{},
-		lastAt: map[string]time.Time{}, every: every, samples: samples}
+func newHistory(every time.Duration, samples func() map[string]sample,
+	write func(ctx context.Context, db string, xs []source.Sample) error, log *slog.Logger) *history {
+	return &history{every: every, samples: samples, write: write, log: log,
+		lastN: map[string]float64{}, lastAt: map[string]time.Time{}}
 }
 
 // run samples every h.every until ctx ends.
@@ -53,53 +60,84 @@ func (h *history) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case now := <-t.C:
-			h.record(now, h.samples())
+			for db, xs := range h.points(now, h.samples()) {
+				if err := h.write(ctx, db, xs); err != nil && ctx.Err() == nil {
+					h.log.Warn("record the console's samples", "database", db, "err", err)
+				}
+			}
 		}
 	}
 }
 
-func (h *history) record(now time.Time, s map[string]sample) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
+// points turns the readings s at now into samples, by database: the rate
+// is the deliveries since the previous reading of the same source.
+func (h *history) points(now time.Time, s map[string]sample) map[string][]source.Sample {
+	out := map[string][]source.Sample{}
 	for name, v := range s {
-		p := point{At: now, Pending: v.pending, OldestSeconds: v.oldest}
+		p := source.Sample{Source: name, Pending: int64(v.pending), OldestSeconds: v.oldest}
 		if at, ok := h.lastAt[name]; ok && now.After(at) && v.delivered >= h.lastN[name] {
-			p.Rate = (v.delivered - h.lastN[name]) / now.Sub(at).Seconds()
+			p.EventsPerSecond = (v.delivered - h.lastN[name]) / now.Sub(at).Seconds()
 		}
 		h.lastN[name], h.lastAt[name] = v.delivered, now
-		ps := append(h.points[name], p)
-		if len(ps) > h.max {
-			ps = ps[len(ps)-h.max:]
-		}
-		h.points[name] = ps
-	}
-}
-
-// get returns a copy of every source's samples, oldest first.
-func (h *history) get() map[string][]point {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	out := make(map[string][]point, len(h.points))
-	for k, v := range h.points {
-		out[k] = append([]point(nil), v...)
+		out[v.database] = append(out[v.database], p)
 	}
 	return out
+}
+
+// readHistory reads every database's samples of the last hour, by source,
+// oldest first: those of the configuration and the members of its
+// multi-database entries in service (one that stops answering meanwhile
+// is left out: its sources say it is down).
+func (a *App) readHistory(ctx context.Context) (map[string][]point, error) {
+	out := map[string][]point{}
+	for _, db := range a.servingNames() {
+		k, err := capability[driver.SampleKeeper](a, db, "keep the console's samples")
+		if err != nil {
+			return nil, err
+		}
+		xs, err := k.Samples(ctx)
+		_, _, member := config.SplitMemberName(db)
+		if err != nil && member && ctx.Err() == nil {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: read the console's samples: %w", dbPath(db), err)
+		}
+		for _, x := range xs {
+			if member && !a.belongs(db, x.Source) {
+				continue // another member's, in a relay database they share (MySQL)
+			}
+			out[x.Source] = append(out[x.Source], point{At: x.At, Pending: float64(x.Pending), OldestSeconds: x.OldestSeconds,
+				Rate: x.EventsPerSecond})
+		}
+	}
+	return out, nil
+}
+
+// writeSamples records xs in database db.
+func (a *App) writeSamples(ctx context.Context, db string, xs []source.Sample) error {
+	k, err := capability[driver.SampleKeeper](a, db, "keep the console's samples")
+	if err != nil {
+		return err
+	}
+	return k.RecordSamples(ctx, xs)
 }
 
 // sources samples every source this process relays, from its metrics.
 func (a *App) sources() map[string]sample {
 	a.mu.Lock()
-	names := make([]string, 0, len(a.running))
+	type held struct{ name, db string }
+	var names []held
 	for n, r := range a.running {
 		if r.active() != nil {
-			names = append(names, n)
+			names = append(names, held{n, r.cs.Database})
 		}
 	}
 	a.mu.Unlock()
 	out := map[string]sample{}
 	for _, n := range names {
-		m := a.metrics.Source(n)
-		out[n] = sample{pending: value(m.PendingEvents), oldest: value(m.OldestPendingAge), delivered: value(m.Published)}
+		m := a.metrics.Source(n.name)
+		out[n.name] = sample{database: n.db, pending: value(m.PendingEvents), oldest: value(m.OldestPendingAge),
+			delivered: value(m.Published)}
 	}
 	return out
 }

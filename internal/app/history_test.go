@@ -5,25 +5,31 @@ import (
 	"time"
 )
 
-func TestHistoryKeepsTheLastHour(t *testing.T) {
-	h := newHistory(10*time.Second, nil)
+func TestHistoryPoints(t *testing.T) {
+	h := newHistory(10*time.Second, nil, nil, nil)
 	start := time.Unix(1000, 0)
-	for i := range 400 {
-		h.record(start.Add(time.Duration(i)*10*time.Second), map[string]sample{"orders": {pending: float64(i), oldest: 1, delivered: float64(100 * i)}})
+	var last map[string][]float64
+	for i := range 3 {
+		got := h.points(start.Add(time.Duration(i)*10*time.Second), map[string]sample{
+			"orders":  {database: "main", pending: float64(i), oldest: 1, delivered: float64(100 * i)},
+			"tenants": {database: "other", pending: 7},
+		})
+		last = map[string][]float64{}
+		for db, xs := range got {
+			for _, x := range xs {
+				last[db+"/"+x.Source] = []float64{float64(x.Pending), x.EventsPerSecond}
+			}
+		}
 	}
-	ps := h.get()["orders"]
-	if len(ps) != 360 {
-		t.Fatalf("%d points kept, want 360 (an hour at 10 s)", len(ps))
+	if p := last["main/orders"]; p == nil || p[0] != 2 || p[1] != 10 {
+		t.Errorf("orders in main: %v, want pending 2 and 100 events in 10 s = 10/s", p)
 	}
-	if ps[0].Pending != 40 || ps[359].Pending != 399 {
-		t.Errorf("kept from %v to %v, want the last 360 samples", ps[0].Pending, ps[359].Pending)
-	}
-	if ps[359].Rate != 10 {
-		t.Errorf("rate %v, want 100 events in 10 s = 10/s", ps[359].Rate)
+	if p := last["other/tenants"]; p == nil || p[0] != 7 || p[1] != 0 {
+		t.Errorf("tenants in other: %v, want pending 7, no deliveries", p)
 	}
 	// A counter that went back (a restart) gives no rate rather than a negative one.
-	h.record(start.Add(4010*time.Second), map[string]sample{"orders": {delivered: 5}})
-	if r := h.get()["orders"][359].Rate; r != 0 {
+	got := h.points(start.Add(40*time.Second), map[string]sample{"orders": {database: "main", delivered: 5}})
+	if r := got["main"][0].EventsPerSecond; r != 0 {
 		t.Errorf("rate after a reset %v, want 0", r)
 	}
 }

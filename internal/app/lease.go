@@ -9,31 +9,50 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
-// runLeased relays a source only while this process holds its lease (see
+// runLeased relays a shard of a source (the whole source, unless it is
+// split) only while this process holds the shard's lease (see
 // lease.Leases.Hold): the lease table is its database's, shared with the
 // other replicas through its balancer, the fence its store's, and each term
-// builds a new worker with the source's retention and queue maintenance
-// beside it.
-func (a *App) runLeased(ctx context.Context, s *Source, r *runningSource, build func() *relay.Worker) {
+// builds a new worker on its store, with the source's retention and queue
+// maintenance beside the worker of its first shard.
+func (a *App) runLeased(ctx context.Context, s *Source, sh Shard, r *runningShard, build func(Shard) *relay.Worker) {
 	ttl := a.cfg.LeaseTTL.D()
-	o := lease.HoldOptions{Shard: s.Name, TTL: ttl, Table: s.TableName(), Logger: a.log.With("source", s.Name),
-		Standby: r.standby}
-	if f, ok := s.Store.(lease.Fenced); ok {
+	name := sh.Bucket.LeaseName(s.Name)
+	log := a.log.With("source", s.Name)
+	if sh.Bucket.Split() {
+		log = log.With("shard", name)
+	}
+	o := lease.HoldOptions{Shard: name, TTL: ttl, Table: s.TableName(), Logger: log, Standby: r.standby}
+	if f, ok := sh.Store.(lease.Fenced); ok {
 		o.Fence = f.LeaseFence()
 	}
-	if st, ok := s.Store.(driver.Settler); ok {
+	if st, ok := sh.Store.(driver.Settler); ok {
 		// The rows the previous owner's batches may still hold are the
 		// first few batches' worth of pending rows.
 		n := max(s.Config.BatchSize, 1) * max(s.Config.Pipeline, 1) * 2
 		o.Settle = func(ctx context.Context) error { return st.Settle(ctx, n, ttl) }
 	}
 	o.Balancer = a.balancer(s.Config.Database)
+	first := sh.Bucket.Index == 0
 	a.leasesOf(s.Config.Database).Hold(ctx, o, func(ctx context.Context) {
+		// Each holding's start and end, with its term: the history of
+		// who relayed what, when.
+		term := int64(0)
+		if o.Fence != nil {
+			if l := o.Fence.Get(); l != nil {
+				term = l.Term
+			}
+		}
+		log.Info("relaying", "term", term)
+		defer log.Info("stopped relaying", "term", term)
 		r.holding()
-		w := build()
+		w := build(sh)
 		r.set(w)
-		retained := a.startRetention(ctx, s)
-		maintained := a.startQueueMaintenance(ctx, s)
+		retained, maintained := closed(), closed()
+		if first {
+			retained = a.startRetention(ctx, s)
+			maintained = a.startQueueMaintenance(ctx, s)
+		}
 		_ = w.Run(ctx)
 		<-retained
 		<-maintained
@@ -92,4 +111,11 @@ func (bs *balancers) forget(db string) {
 	bs.mu.Lock()
 	defer bs.mu.Unlock()
 	delete(bs.by, db)
+}
+
+// closed is a channel closed already: work that never started.
+func closed() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
@@ -99,9 +100,9 @@ func TestDatabaseDown(t *testing.T) {
 	cs := config.Source{Name: "orders@tenants/t1", Database: "tenants/t1", Sink: "kafka",
 		Readiness: config.Readiness{MaxClaimFailure: config.Duration(30 * time.Second)}}
 	now := time.Now()
-	r := newRunningSource(cs)
+	r := newRunningSource(cs, []Shard{{}})
 	r.health = &dbHealth{}
-	r.holding()
+	r.shards[0].holding()
 	sinks := map[string]string{"kafka": "ok"}
 	if c := r.condition(now, sinks); c.Cause == CauseDatabaseDown {
 		t.Fatalf("in service: %+v", c)
@@ -124,6 +125,29 @@ func TestDatabaseDown(t *testing.T) {
 	if c := r.condition(now, sinks); c.State != StateStarting || c.Cause != "" {
 		t.Errorf("a placeholder: %+v", c)
 	}
+
+	// A source split into buckets: its placeholder has its buckets, none
+	// held; out of service, it is stuck whatever its buckets say.
+	cs.Shards = 3
+	p := newRunningSource(cs, unopened(cs.Shards))
+	p.health, p.placeholder = &dbHealth{}, true
+	if len(p.shards) != 3 || p.shards[2].bucket != (source.Bucket{Index: 2, Count: 3}) || p.active() != nil {
+		t.Errorf("a split placeholder's shards: %d, the last %v", len(p.shards), p.shards[len(p.shards)-1].bucket)
+	}
+	if c := p.condition(now, sinks); c.State != StateStarting || c.Cause != "" {
+		t.Errorf("a split placeholder: %+v", c)
+	}
+	p.placeholder = false
+	for _, sh := range p.shards {
+		sh.holding()
+	}
+	p.health.set(errors.New("refused"))
+	if c := p.condition(now, sinks); c.State != StateStuck || c.Cause != CauseDatabaseDown {
+		t.Errorf("a split source out of service: %+v", c)
+	}
+	if got := unopened(0); len(got) != 1 || got[0].Bucket.Split() {
+		t.Errorf("an unsplit placeholder's shards: %+v", got)
+	}
 }
 
 // TestJudgeMembers: status lists a source of a multi-database entry once
@@ -145,7 +169,8 @@ func TestJudgeMembers(t *testing.T) {
 	}
 	now := time.Now()
 	recorded := []SourceStatus{{Source: "orders@tenants/t2", Database: "tenants/t2", Held: true, Owner: "me", RecordedBy: "me",
-		HeldSince: at(now.Add(-time.Hour)), LastClaim: at(now), Updated: at(now), Sinks: map[string]string{}}}
+		HeldSince: at(now.Add(-time.Hour)), LastClaim: at(now), Updated: at(now), Sinks: map[string]string{},
+		lease: "orders@tenants/t2"}}
 	down := map[string]sourceCondition{"tenants/t1": databaseDown("tenants/t1", errors.New("refused"), time.Minute)}
 	got := map[string]SourceStatus{}
 	var order []string
@@ -167,5 +192,41 @@ func TestJudgeMembers(t *testing.T) {
 	}
 	if s := got["app"]; s.Cause != CauseNotRecorded || s.Database != "main" {
 		t.Errorf("a source of a database of the configuration: %+v", s)
+	}
+}
+
+// TestJudgeSplitMembers: a source split into buckets runs on each database
+// of its entry with the buckets' leases (<source>@<entry>/<database>/<i>):
+// status groups each database's rows into its source, held while every
+// bucket is.
+func TestJudgeSplitMembers(t *testing.T) {
+	cfg := &config.Config{Databases: map[string]config.Database{
+		"tenants": {Driver: "fake-enum", DSN: "fake://db/postgres", Discover: &config.DatabaseDiscover{Pattern: "*"}},
+	}, Sources: []config.Source{{Name: "orders", Database: "tenants", Table: "public.outbox", Shards: 2}}}
+	cfg.ApplyDefaults()
+	a := &App{cfg: cfg, members: map[string]*member{}, health: map[string]*dbHealth{}}
+	for _, n := range []string{"t1", "t2"} {
+		a.addMember(cfg.Member("tenants", n, "fake://db/"+n))
+	}
+	now := time.Now()
+	row := func(db, lease, owner string, held bool) SourceStatus {
+		name := "orders@" + db
+		return SourceStatus{Source: name, Database: db, Held: held, Owner: owner, Term: 1, RecordedBy: "a",
+			HeldSince: at(now.Add(-time.Hour)), LastClaim: at(now), Updated: at(now), Sinks: map[string]string{}, lease: lease}
+	}
+	recorded := []SourceStatus{
+		row("tenants/t1", "orders@tenants/t1/0", "a", true), row("tenants/t1", "orders@tenants/t1/1", "b", true),
+		row("tenants/t2", "orders@tenants/t2/0", "a", true), row("tenants/t2", "orders@tenants/t2/1", "", false),
+	}
+	got := a.judge(recorded, map[string]sourceCondition{}, now)
+	if len(got) != 2 {
+		t.Fatalf("judged %d sources, want one a database: %+v", len(got), got)
+	}
+	if s := got[0]; s.Source != "orders@tenants/t1" || s.State != StateRelaying || !s.Held || s.Owner != "a, b" || len(s.Shards) != 2 {
+		t.Errorf("every bucket held: %+v", s)
+	}
+	if s := got[1]; s.Source != "orders@tenants/t2" || s.Cause != CauseLeaseUnheld ||
+		!strings.Contains(s.Reason, "orders@tenants/t2/1") {
+		t.Errorf("a bucket unheld: %+v", s)
 	}
 }

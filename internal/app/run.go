@@ -15,41 +15,65 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/payloadschema"
 	"github.com/outbox-relay/outbox-relay/internal/relay"
 	"github.com/outbox-relay/outbox-relay/internal/sink"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
-// runningSource is a source this process serves: relaying it while it
-// holds the source's lease, standing by while another replica does. It
-// keeps what this process knows of the source's lease (see condition).
+// runningSource is a source this process serves: each of its shards (the
+// whole source, unless sources[].shards splits it) relayed while this
+// process holds the shard's lease, standing by while another replica does.
 type runningSource struct {
-	cs config.Source
+	cs     config.Source
+	shards []*runningShard
 	// health is its database's: out of service, the source is stuck
-	// (database_down) whatever its worker says.
+	// (database_down) whatever its shards say.
 	health *dbHealth
 	// placeholder marks an entry that stands for a source of a database
 	// not yet taken up (see placeholders).
 	placeholder bool
+}
+
+// runningShard is one shard of a running source. It keeps what this
+// process knows of the shard's lease (see condition).
+type runningShard struct {
+	cs     config.Source
+	bucket source.Bucket
 
 	mu     sync.Mutex
 	worker *relay.Worker // nil while standing by
-	// lease is where this process stands with the source's lease, since
+	// lease is where this process stands with the shard's lease, since
 	// when, and why it could not have it (nil: another replica holds it).
 	lease    leasePhase
 	since    time.Time
 	leaseErr error
 }
 
-func newRunningSource(cs config.Source) *runningSource {
-	return &runningSource{cs: cs, lease: leaseAcquiring, since: time.Now()}
+func newRunningSource(cs config.Source, shards []Shard) *runningSource {
+	r := &runningSource{cs: cs}
+	for _, sh := range shards {
+		r.shards = append(r.shards, &runningShard{cs: cs, bucket: sh.Bucket, lease: leaseAcquiring, since: time.Now()})
+	}
+	return r
 }
 
+// active is a worker relaying the source in this process (whichever
+// bucket it claims, its backlog figures are the whole table's), or nil.
 func (r *runningSource) active() *relay.Worker {
+	for _, sh := range r.shards {
+		if w := sh.active(); w != nil {
+			return w
+		}
+	}
+	return nil
+}
+
+func (r *runningShard) active() *relay.Worker {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.worker
 }
 
-func (r *runningSource) set(w *relay.Worker) {
+func (r *runningShard) set(w *relay.Worker) {
 	r.mu.Lock()
 	r.worker = w
 	r.mu.Unlock()
@@ -92,7 +116,7 @@ func (a *App) Run(ctx context.Context) error {
 
 	every := cmp.Or(a.historyEvery, historyEvery)
 	a.mu.Lock()
-	a.history = newHistory(every, a.sources)
+	a.history = newHistory(every, a.sources, a.writeSamples, a.log)
 	a.mu.Unlock()
 	wg.Go(func() { a.history.run(ctx) })
 
@@ -156,11 +180,12 @@ func (a *App) Run(ctx context.Context) error {
 
 // startSource starts relaying source s: it reserves its name, prepares it
 // (so that a source that cannot start, for want of its sink or of a
-// trigger it requires, fails here), and runs it under its lease in its
-// database's scope. A source already running is left as it is; one that
-// stood in for it until its database was taken up is replaced.
+// trigger it requires, fails here), and runs each of its shards under the
+// shard's lease in its database's scope. A source already running is left
+// as it is; one that stood in for it until its database was taken up is
+// replaced.
 func (a *App) startSource(rt *runtime, s *Source) error {
-	r := newRunningSource(s.Config)
+	r := newRunningSource(s.Config, s.Shards)
 	r.health = a.healthOf(s.Config.Database)
 	a.mu.Lock()
 	old, dup := a.running[s.Name]
@@ -186,14 +211,16 @@ func (a *App) startSource(rt *runtime, s *Source) error {
 		a.mu.Unlock()
 		return err
 	}
-	a.log.Info("source started", "source", s.Name, "table", s.TableName(), "mode", s.Layout.Mode)
+	a.log.Info("source started", "source", s.Name, "table", s.TableName(), "mode", s.Layout.Mode, "shards", len(s.Shards))
 	if s.ClaimAdvice != "" {
 		a.log.Warn("claims on this table cost more than their batch", "source", s.Name, "table", s.TableName(), "detail", s.ClaimAdvice)
 	}
 	if s.OrderGap != "" {
 		a.log.Warn("per-key order is not provable on this table", "source", s.Name, "table", s.TableName(), "detail", s.OrderGap)
 	}
-	wg.Go(func() { a.runLeased(ctx, s, r, build) })
+	for i, sh := range s.Shards {
+		wg.Go(func() { a.runLeased(ctx, s, sh, r.shards[i], build) })
+	}
 	return nil
 }
 
@@ -246,8 +273,9 @@ func (a *App) listens(db string) bool {
 }
 
 // prepare connects a source's sink and sets up its wake-up path; it returns
-// what builds a worker each time the source's lease is acquired.
-func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, channel string) driver.Listener) (func() *relay.Worker, error) {
+// what builds a worker on a shard's store each time the shard's lease is
+// acquired.
+func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, channel string) driver.Listener) (func(Shard) *relay.Worker, error) {
 	cs := s.Config
 	snk, err := a.sink(cs.Sink)
 	if err != nil {
@@ -315,11 +343,22 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 		Wake:         wake, ShutdownTimeout: a.cfg.Shutdown.Timeout.D(), StatsInterval: a.statsInterval,
 		MaxOldestPending: cs.Readiness.MaxOldestPending.D(), MaxClaimFailure: cs.Readiness.MaxClaimFailure.D(),
 		Metrics: a.metrics.Source(s.Name), Logger: a.log,
+		Gate: a.scheduler(cs.Database).For(cs.Priority),
 	}
 	if cs.Delivery == config.DeliveryExactlyOnce {
-		return a.exactlyOnce(s, opts), nil
+		// One transactional producer serves the source: it is not split
+		// (config refuses shards with exactly_once).
+		build := a.exactlyOnce(s, opts)
+		return func(Shard) *relay.Worker { return build() }, nil
 	}
-	return func() *relay.Worker { return relay.NewWorker(opts) }, nil
+	return func(sh Shard) *relay.Worker {
+		o := opts
+		o.Store = sh.Store
+		if sh.Bucket.Split() {
+			o.Logger = a.log.With("shard", sh.Bucket.LeaseName(s.Name))
+		}
+		return relay.NewWorker(o)
+	}, nil
 }
 
 // patient bounds how long a source's batches wait for sink name (its

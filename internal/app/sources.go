@@ -25,6 +25,10 @@ type Source struct {
 	// driver; what else it can do (replay, mark published, settle, reap) is
 	// found by interface assertion (see package driver).
 	Store source.Store
+	// Shards are the parts of the source relayed side by side, each by a
+	// worker of its own under a lease of its own: one, the whole source
+	// with Store, unless sources[].shards splits it into buckets.
+	Shards []Shard
 	// DB is the source's database and Table its table, with their
 	// driver's capabilities (dead letters, retention, privileges, the
 	// wake-up trigger).
@@ -40,6 +44,43 @@ type Source struct {
 	// ClaimAdvice says what index the table lacks for its claims to cost
 	// only their batch (see driver.ClaimAdvisor), or "".
 	ClaimAdvice string
+}
+
+// Shard is one bucket of a source (sources[].shards) and the store that
+// claims it.
+type Shard struct {
+	Bucket source.Bucket
+	Store  source.Store
+}
+
+// openShards opens the store of each of n buckets of a source, or returns
+// the whole source's store alone when n is 1.
+func openShards(ctx context.Context, t driver.Table, p driver.SourceParams, whole source.Store, n int) ([]Shard, error) {
+	if n <= 1 {
+		return []Shard{{Store: whole}}, nil
+	}
+	out := make([]Shard, n)
+	for i := range out {
+		p.Bucket = source.Bucket{Index: i, Count: n}
+		st, err := t.Open(ctx, p)
+		if err != nil {
+			return nil, fmt.Errorf("bucket %s: %w", p.Bucket, err)
+		}
+		out[i] = Shard{Bucket: p.Bucket, Store: st}
+	}
+	return out, nil
+}
+
+// unopened are the shards of a source split in n (sources[].shards) with
+// no store: what stands for a source not yet started.
+func unopened(n int) []Shard {
+	out := make([]Shard, max(n, 1))
+	for i := range out {
+		if n > 1 {
+			out[i].Bucket = source.Bucket{Index: i, Count: n}
+		}
+	}
+	return out
 }
 
 // orderGap is layout.OrderGap for a source with per-key ordering on.
@@ -222,14 +263,19 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 	if err != nil {
 		return nil, err
 	}
-	st, err := t.Open(ctx, driver.SourceParams{Source: name, Layout: l, Ordering: cs.Ordering == nil || *cs.Ordering,
-		ClaimTimeout: cs.ClaimTimeout.D(), Metrics: a.metrics})
+	params := driver.SourceParams{Source: name, Layout: l, Ordering: cs.Ordering == nil || *cs.Ordering,
+		ClaimTimeout: cs.ClaimTimeout.D(), Metrics: a.metrics}
+	st, err := t.Open(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("%s.%w", path, err)
 	}
+	shards, err := openShards(ctx, t, params, st, cs.Shards)
+	if err != nil {
+		return nil, fmt.Errorf("%s.shards: %w", path, err)
+	}
 	conf, _ := a.dbConfig(cs.Database)
 	s := &Source{Name: name, Index: i, Config: cs, DSN: conf.DSN, Layout: l, Routes: routes,
-		Store: st, DB: db, Table: t}
+		Store: st, Shards: shards, DB: db, Table: t}
 	if l.Queue == nil {
 		s.OrderGap = orderGap(cs, l, cols, t.StatementOrder())
 	}

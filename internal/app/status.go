@@ -12,6 +12,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/lease"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
@@ -62,6 +63,22 @@ type SourceStatus struct {
 	PendingLive       bool    `json:"pending_live"`
 	PendingStale      bool    `json:"pending_stale"`
 	PendingAgeSeconds float64 `json:"pending_age_seconds"`
+	// Shards, for a source split into buckets (sources[].shards), are the
+	// leases of its buckets; Held is then true while every one is held,
+	// Owner lists their holders, Term is the highest term and HeldSince
+	// the latest hand-over.
+	Shards []ShardLease `json:"shards,omitempty"`
+
+	lease  string   // the lease a stored record's row is of (source.Recorded.Lease)
+	owners []string // the holders of the source's leases
+}
+
+// ShardLease is the lease of one bucket of a split source.
+type ShardLease struct {
+	Lease string `json:"lease"`
+	Owner string `json:"owner"`
+	Term  int64  `json:"term"`
+	Held  bool   `json:"held"`
 }
 
 // Status reads the state of every source of the configuration, as the
@@ -102,7 +119,7 @@ func (a *App) Status(ctx context.Context) ([]SourceStatus, error) {
 			s := SourceStatus{Source: g.Source, Database: db, Table: g.Table, Owner: g.Owner, Term: g.Term, Held: g.Held,
 				Pending: g.Pending, OldestPendingSeconds: g.OldestPendingSeconds, EventsPerSecond: g.EventsPerSecond,
 				Retrying: g.Retrying, DeadLetters: g.DeadLetters, LastClaim: g.LastClaim, Updated: g.Updated, Sinks: g.Sinks,
-				RecordedBy: g.RecordedBy, HeldSince: g.HeldSince}
+				RecordedBy: g.RecordedBy, HeldSince: g.HeldSince, lease: g.Lease}
 			if g.Schema != "" {
 				s.Table = g.Schema + "." + g.Table
 			}
@@ -119,6 +136,16 @@ func (a *App) Status(ctx context.Context) ([]SourceStatus, error) {
 // each stands by its record.
 func (a *App) judge(recorded []SourceStatus, down map[string]sourceCondition, now time.Time) []SourceStatus {
 	var out []SourceStatus
+	// A source's rows (one a lease) follow each other.
+	var groups [][]SourceStatus
+	for i := 0; i < len(recorded); {
+		j := i + 1
+		for j < len(recorded) && recorded[j].Source == recorded[i].Source && recorded[j].Database == recorded[i].Database {
+			j++
+		}
+		groups = append(groups, recorded[i:j])
+		i = j
+	}
 	for i, cs := range a.cfg.Sources {
 		for _, p := range a.placed(i, cs) {
 			name, db := p.Source.Name, p.Source.Database
@@ -132,12 +159,12 @@ func (a *App) judge(recorded []SourceStatus, down map[string]sourceCondition, no
 				continue
 			}
 			found := false
-			for _, s := range recorded {
-				if s.Source != name && !strings.HasPrefix(s.Source, name+":") {
+			for _, rows := range groups {
+				if s := rows[0].Source; s != name && !strings.HasPrefix(s, name+":") {
 					continue
 				}
 				found = true
-				out = append(out, judgeRecord(s, cs, now))
+				out = append(out, judgeRecord(withLeases(rows, cs.Shards), cs, now))
 			}
 			if !found {
 				out = append(out, SourceStatus{Source: name, Database: db, Table: p.Source.Table,
@@ -178,6 +205,46 @@ func (a *App) placedOn(i int, cs config.Source, names []string) []config.Placed 
 	return out
 }
 
+// withLeases is the status of a source from its rows, one a lease, as the
+// source is split now (shards): its own lease's, or its buckets'. Leases of
+// an earlier split are left out.
+func withLeases(rows []SourceStatus, shards int) SourceStatus {
+	s := rows[0]
+	s.Owner, s.Term, s.Held, s.HeldSince, s.lease = "", 0, false, nil, ""
+	lease := func(name string) (SourceStatus, bool) {
+		for _, r := range rows {
+			if r.lease == name {
+				return r, true
+			}
+		}
+		return SourceStatus{}, false
+	}
+	if shards <= 1 {
+		if r, ok := lease(s.Source); ok {
+			s.Owner, s.Term, s.Held, s.HeldSince = r.Owner, r.Term, r.Held, r.HeldSince
+			s.owners = []string{r.Owner}
+		}
+		return s
+	}
+	s.Held = true
+	for i := range shards {
+		name := source.Bucket{Index: i, Count: shards}.LeaseName(s.Source)
+		r, ok := lease(name)
+		s.Shards = append(s.Shards, ShardLease{Lease: name, Owner: r.Owner, Term: r.Term, Held: r.Held})
+		s.Held = s.Held && ok && r.Held
+		s.Term = max(s.Term, r.Term)
+		if r.Owner != "" && !slices.Contains(s.owners, r.Owner) {
+			s.owners = append(s.owners, r.Owner)
+		}
+		if r.HeldSince != nil && (s.HeldSince == nil || r.HeldSince.After(*s.HeldSince)) {
+			s.HeldSince = r.HeldSince
+		}
+	}
+	slices.Sort(s.owners)
+	s.Owner = strings.Join(s.owners, ", ")
+	return s
+}
+
 // Record timing: the relay records every stats interval (15 s); a record is
 // fresh for a few of them, and a term has statsSlack more than its grace
 // before its first claim must be on record.
@@ -189,7 +256,11 @@ const (
 // judgeRecord says, from its record, how a source stands at now, and
 // whether the record's backlog is stale.
 func judgeRecord(s SourceStatus, cs config.Source, now time.Time) SourceStatus {
-	holders := s.Held && s.RecordedBy != "" && s.RecordedBy == s.Owner
+	owners := s.owners
+	if owners == nil {
+		owners = []string{s.Owner}
+	}
+	holders := s.Held && s.RecordedBy != "" && slices.Contains(owners, s.RecordedBy)
 	s.PendingStale = !holders
 	if s.Updated != nil {
 		s.PendingAgeSeconds = max(now.Sub(*s.Updated), 0).Seconds()
@@ -209,6 +280,11 @@ func judgeRecord(s SourceStatus, cs config.Source, now time.Time) SourceStatus {
 
 func judgeState(s SourceStatus, holders bool, cs config.Source, now time.Time) (state, cause, reason string) {
 	if !s.Held {
+		for _, sl := range s.Shards {
+			if !sl.Held {
+				return StateStuck, CauseLeaseUnheld, "no relay holds its bucket " + sl.Lease + " (no live lease)"
+			}
+		}
 		return StateStuck, CauseLeaseUnheld, "no relay holds it (no live lease)"
 	}
 	sinkCause, sinkReason := sinkTrouble(s.Sinks)
@@ -297,9 +373,9 @@ type ReplicaStatus struct {
 	Database string    `json:"database"`
 	Owner    string    `json:"owner"`
 	Since    time.Time `json:"since"`
-	// Holds is how many sources it holds; Share how many each live
-	// replica is due (the database's sources ÷ its live replicas, rounded
-	// up).
+	// Holds is how many leases (sources, or buckets of a split source) it
+	// holds; Share how many each live replica is due (the database's
+	// leases ÷ its live replicas, rounded up).
 	Holds int `json:"holds"`
 	Share int `json:"share"`
 	// Self marks the process answering.
@@ -321,15 +397,15 @@ func (a *App) Replicas(ctx context.Context, st []SourceStatus) ([]ReplicaStatus,
 		} else if err != nil {
 			return nil, fmt.Errorf("%s: read the replicas: %w", dbPath(db), err)
 		}
-		sources := 0
+		shards := 0 // a source split into buckets counts each
 		for _, s := range st {
 			if s.Database == db {
-				sources++
+				shards += max(len(s.Shards), 1)
 			}
 		}
 		for _, g := range got {
 			out = append(out, ReplicaStatus{Database: db, Owner: g.Owner, Since: g.Since, Holds: g.Holds,
-				Share: lease.Share(sources, len(got)), Self: g.Owner == a.owner})
+				Share: lease.Share(shards, len(got)), Self: g.Owner == a.owner})
 		}
 	}
 	return out, nil

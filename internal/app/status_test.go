@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kerr"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 func at(t time.Time) *time.Time { return &t }
@@ -92,10 +93,11 @@ func TestCondition(t *testing.T) {
 	cs := config.Source{Name: "orders", Sink: "kafka", Routes: []config.Route{{Sink: "audit"}},
 		Readiness: config.Readiness{MaxClaimFailure: config.Duration(30 * time.Second)}}
 	now := time.Now()
-	r := newRunningSource(cs)
+	src := newRunningSource(cs, []Shard{{}})
+	r := src.shards[0]
 	check := func(name, state, cause, reason string) {
 		t.Helper()
-		c := r.condition(now, map[string]string{"kafka": "ok"})
+		c := src.condition(now, map[string]string{"kafka": "ok"})
 		if c.State != state || c.Cause != cause || !strings.Contains(c.Reason, reason) {
 			t.Errorf("%s: %+v, want %s %s containing %q", name, c, state, cause, reason)
 		}
@@ -114,4 +116,59 @@ func TestCondition(t *testing.T) {
 	check("lease taken, the worker not built yet", StateStarting, CauseLeaseUnheld, "previous holder's claims")
 	r.released()
 	check("the term ended", StateStarting, CauseLeaseUnheld, "acquiring the lease")
+}
+
+// TestConditionOfBuckets: a source split into buckets is judged from its
+// shards: standing by while other replicas hold every bucket, starting (or
+// stuck) while one of its buckets is, naming it.
+func TestConditionOfBuckets(t *testing.T) {
+	cs := config.Source{Name: "orders", Sink: "kafka", Shards: 2,
+		Readiness: config.Readiness{MaxClaimFailure: config.Duration(30 * time.Second)}}
+	now := time.Now()
+	r := newRunningSource(cs, []Shard{{Bucket: source.Bucket{Index: 0, Count: 2}}, {Bucket: source.Bucket{Index: 1, Count: 2}}})
+	check := func(name, state, cause, reason string) {
+		t.Helper()
+		c := r.condition(now, map[string]string{"kafka": "ok"})
+		if c.State != state || c.Cause != cause || !strings.Contains(c.Reason, reason) {
+			t.Errorf("%s: %+v, want %s %s containing %q", name, c, state, cause, reason)
+		}
+	}
+	check("just started", StateStarting, CauseLeaseUnheld, "bucket 0/2: acquiring the lease")
+	r.shards[0].standby(nil)
+	check("one bucket held elsewhere, the other acquiring", StateStarting, CauseLeaseUnheld, "bucket 1/2: acquiring the lease")
+	r.shards[1].standby(nil)
+	check("both held elsewhere", StateStandby, CauseLeaseElsewhere, "every bucket")
+	r.shards[1].standby(errors.New("connection refused"))
+	r.shards[1].mu.Lock()
+	r.shards[1].since = now.Add(-time.Minute)
+	r.shards[1].mu.Unlock()
+	check("one bucket's lease cannot be had for a minute", StateStuck, CauseLeaseUnheld, "bucket 1/2: no relay holds it")
+}
+
+// TestWithLeases: a source's status takes the leases of the way it is split
+// now: its own lease unsplit, else every bucket's (held only when all are,
+// holders listed), and leaves out the leases of an earlier split.
+func TestWithLeases(t *testing.T) {
+	now := time.Now()
+	row := func(lease, owner string, term int64, held bool) SourceStatus {
+		return SourceStatus{Source: "orders", Pending: 7, lease: lease, Owner: owner, Term: term, Held: held, HeldSince: at(now)}
+	}
+	rows := []SourceStatus{row("orders", "old", 3, false), row("orders/0", "a", 2, true), row("orders/1", "b", 5, true),
+		row("orders/2", "a", 1, false)}
+	whole := withLeases(rows, 1)
+	if whole.Owner != "old" || whole.Term != 3 || whole.Held || whole.Shards != nil || whole.Pending != 7 {
+		t.Errorf("unsplit: %+v, want the source's own lease", whole)
+	}
+	two := withLeases(rows, 2)
+	if two.Owner != "a, b" || two.Term != 5 || !two.Held || len(two.Shards) != 2 || two.Shards[1] != (ShardLease{"orders/1", "b", 5, true}) {
+		t.Errorf("two buckets: %+v, want both buckets' leases, held", two)
+	}
+	four := withLeases(rows, 4)
+	if four.Held || len(four.Shards) != 4 || four.Shards[3] != (ShardLease{Lease: "orders/3"}) {
+		t.Errorf("four buckets: %+v, want not held: bucket 2's lease expired and bucket 3 has none", four)
+	}
+	cs := config.Source{Name: "orders", Shards: 4}
+	if got := judgeRecord(four, cs, now); got.State != StateStuck || !strings.Contains(got.Reason, "orders/2") {
+		t.Errorf("four buckets judged %s: %s, want stuck naming bucket orders/2", got.State, got.Reason)
+	}
 }

@@ -41,9 +41,14 @@ type Options struct {
 	// default) or mysql (MySQLDSN: MySQL or MariaDB; drain and keys).
 	Driver   string
 	MySQLDSN string
-	Workload string // drain, steady, sparse
+	Workload string // drain, steady, sparse, keys, idle
 	Rows     int
 	Keys     int
+	// Sources is how many idle sources the idle workload relays.
+	Sources int
+	// Replicas is how many relay processes (in this process) share the
+	// drain's source, and Shards how many buckets it is split into.
+	Replicas, Shards int
 	// History is how many rows already delivered a drain's table holds
 	// before its backlog (older, before it in the claim's order), as a
 	// table that keeps its delivered rows has after months of use; each
@@ -145,6 +150,8 @@ type Result struct {
 	TableRowsAfter *int    `json:"table_rows_after,omitempty"`
 	DeliveredAfter *int    `json:"delivered_rows_after,omitempty"`
 	Keys           int     `json:"keys"`
+	Replicas       int     `json:"replicas,omitempty"`
+	Shards         int     `json:"shards,omitempty"`
 	BatchSize      int     `json:"batch_size"`
 	Pipeline       int     `json:"pipeline"`
 	Ceiling        Measure `json:"ceiling"`
@@ -180,14 +187,15 @@ type Result struct {
 type Report struct {
 	Drain []Result     `json:"drain,omitempty"`
 	Rates []RateResult `json:"rates,omitempty"`
+	Idle  []IdleResult `json:"idle,omitempty"`
 }
 
 // Run executes the benchmark.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	switch o.Workload {
-	case "drain", "steady", "sparse", "keys":
+	case "drain", "steady", "sparse", "keys", "idle":
 	default:
-		return nil, fmt.Errorf("unknown workload %q (have: drain, steady, sparse, keys)", o.Workload)
+		return nil, fmt.Errorf("unknown workload %q (have: drain, steady, sparse, keys, idle)", o.Workload)
 	}
 	if o.Sink == "" {
 		o.Sink = "kafka"
@@ -243,6 +251,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer stopKafka()
 	rep := &Report{}
+	if o.Workload == "idle" {
+		r, err := idleRun(ctx, pool, dsn, k, o, max(o.Sources, 1), o.Duration)
+		if err == nil {
+			rep.Idle = append(rep.Idle, r)
+		}
+		return rep, err
+	}
 	if o.Workload == "keys" {
 		for _, keys := range []int{1, o.Keys} {
 			r, err := keysRun(ctx, pool, dsn, o, k, keys)

@@ -82,7 +82,16 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 			return p, err
 		}
 	}
-	p.relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relay(ctx, a, o) })
+	apps := []*app.App{a}
+	for range max(o.Replicas, 1) - 1 {
+		more, err := openReplica(ctx, a.Config(), o, stmts)
+		if err != nil {
+			return p, err
+		}
+		defer more.Close()
+		apps = append(apps, more)
+	}
+	p.relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relayAll(ctx, apps, o) })
 	if o.RelayProfile != nil {
 		pprof.StopCPUProfile()
 	}
@@ -113,13 +122,14 @@ func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, tg *target, 
 		RelaySchema: t.schema + "_relay",
 		Admin:       config.Admin{Listen: "off"},
 		Log:         config.Log{Level: "warn"},
-		Databases:   map[string]config.Database{"bench": {DSN: dsn, MaxConns: o.Pipeline + 4}},
+		Databases:   map[string]config.Database{"bench": {DSN: dsn, MaxConns: o.Pipeline*max(o.Shards, 1) + 4}},
 		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
 		Sources:     []config.Source{t.source(tg.topic, o.BatchSize, o.Pipeline, ordering)},
 	}
 	if len(o.Deliveries) > 0 {
 		cfg.Sources[0].Delivery = o.Deliveries[0]
 	}
+	cfg.Sources[0].Shards = max(o.Shards, 1)
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, nil, err
@@ -139,6 +149,17 @@ func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, tg *target, 
 		return nil, nil, nil, err
 	}
 	return a, stmts, cleanup, nil
+}
+
+// openReplica opens another relay process on cfg (migrated already): a
+// replica sharing the benchmark's source with the first.
+func openReplica(ctx context.Context, cfg *config.Config, o Options, stmts *stmtCounter) (*app.App, error) {
+	a, err := app.Open(ctx, cfg, o.Logger, app.WithQueryTracer(stmts))
+	if err != nil {
+		return nil, err
+	}
+	quietRegistry(a)
+	return a, nil
 }
 
 // measure runs fn and reads the machine's counters around it.

@@ -52,7 +52,8 @@ type passFunc func(o Options, analyze, withCeiling bool) (pass, error)
 // result, where its delivered rows are deleted.
 func newDrainResult(o Options, driver string, sp *spec, sh *shape, ordering bool) (Result, Options) {
 	res := Result{Workload: "drain", Driver: driver, Layout: sp.name, Ordering: ordering,
-		Delivery: firstOr(o.Deliveries, config.DeliveryAtLeastOnce), Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
+		Delivery: firstOr(o.Deliveries, config.DeliveryAtLeastOnce), Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline,
+		Replicas: max(o.Replicas, 1), Shards: max(o.Shards, 1)}
 	if sp.preset {
 		res.Layout, res.Preset = "", sp.name
 	}
@@ -65,10 +66,14 @@ func newDrainResult(o Options, driver string, sp *spec, sh *shape, ordering bool
 
 // label names a result's table in progress lines.
 func (r Result) label() string {
+	l := r.Layout
 	if r.Preset != "" {
-		return "preset " + r.Preset
+		l = "preset " + r.Preset
 	}
-	return r.Layout
+	if r.Replicas > 1 || r.Shards > 1 {
+		l += fmt.Sprintf(" (%d replicas, %d shards)", max(r.Replicas, 1), max(r.Shards, 1))
+	}
+	return l
 }
 
 // drainPasses measures one table: with o.NoAnalyze first the relay on a
@@ -175,26 +180,42 @@ const relayStopTimeout = 30 * time.Second
 // relay runs the whole relay until it has published every row, or until
 // o's time limit.
 func relay(ctx context.Context, a *app.App, o Options) (n int, err error) {
+	return relayAll(ctx, []*app.App{a}, o)
+}
+
+// relayAll runs the relay processes apps (replicas sharing the source)
+// until together they have published o.Rows events.
+func relayAll(ctx context.Context, apps []*app.App, o Options) (n int, err error) {
 	rctx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- a.Run(rctx) }()
-	exited := false
+	done := make(chan error, len(apps))
+	for _, a := range apps {
+		go func() { done <- a.Run(rctx) }()
+	}
+	exited := 0
 	defer func() {
 		stop()
-		if exited {
-			return
-		}
-		select {
-		case <-done:
-		case <-time.After(relayStopTimeout):
-			if err == nil || errors.As(err, new(cutShort)) {
-				err = fmt.Errorf("the relay did not stop within %s", relayStopTimeout)
+		deadline := time.After(relayStopTimeout)
+		for ; exited < len(apps); exited++ {
+			select {
+			case <-done:
+			case <-deadline:
+				if err == nil || errors.As(err, new(cutShort)) {
+					err = fmt.Errorf("the relay did not stop within %s", relayStopTimeout)
+				}
+				return
 			}
 		}
 	}()
+	published := func() int {
+		n := 0
+		for _, a := range apps {
+			n += a.Published()
+		}
+		return n
+	}
 	start, last := time.Now(), time.Now()
 	for {
-		n := a.Published()
+		n := published()
 		if n >= o.Rows {
 			return n, nil
 		}
@@ -204,7 +225,7 @@ func relay(ctx context.Context, a *app.App, o Options) (n int, err error) {
 		}
 		select {
 		case err := <-done:
-			exited = true
+			exited++
 			return n, fmt.Errorf("relay stopped early: %v", err)
 		case <-ctx.Done():
 			return n, ctx.Err()

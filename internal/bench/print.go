@@ -25,6 +25,9 @@ func Print(w io.Writer, rep *Report) {
 	if len(rep.Rates) > 0 {
 		printRates(w, rep.Rates)
 	}
+	if len(rep.Idle) > 0 {
+		printIdle(w, rep.Idle)
+	}
 }
 
 func printRates(w io.Writer, rs []RateResult) {

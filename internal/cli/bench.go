@@ -38,6 +38,9 @@ Workloads (the argument; default drain):
           second an idle source costs.
   keys    one hot key against many keys, ordering on: events/s and whether
           every key's events arrived in order.
+  idle    --sources idle outbox tables (a schema each, one discovery rule),
+          all held by the relay: its statements a second, in all, per
+          source and by kind, over --duration (default here 30s).
 
 With --sink, the drain workload's relay publishes to another sink type on
 its local server (or --sink-url): nats (a JetStream stream made for the run),
@@ -97,6 +100,9 @@ cut short reports the rows drained over the time taken, marked *.`,
 			if len(args) == 1 {
 				o.Workload = args[0]
 			}
+			if o.Workload == "idle" && !cmd.Flags().Changed("duration") {
+				o.Duration = 30 * time.Second
+			}
 			if o.DSN == "" {
 				o.DSN = os.Getenv("DATABASE_URL")
 			}
@@ -152,6 +158,9 @@ cut short reports the rows drained over the time taken, marked *.`,
 	f.IntVar(&o.Rows, "rows", 1_000_000, "rows to prefill")
 	f.IntVar(&o.History, "history", 0, "drain: rows already delivered in the table before the backlog (tables that keep delivered rows; not delete)")
 	f.IntVar(&o.Keys, "keys", 10_000, "distinct keys")
+	f.IntVar(&o.Sources, "sources", 1000, "idle: how many idle sources (a schema and an outbox table each)")
+	f.IntVar(&o.Replicas, "replicas", 1, "drain (PostgreSQL): relay processes sharing the source, in this process")
+	f.IntVar(&o.Shards, "shards", 1, "drain: buckets the source is split into (sources[].shards)")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 200, "payload size")
 	f.IntVar(&o.BatchSize, "batch-size", 1000, "claim batch size")
 	f.IntVar(&o.Pipeline, "pipeline", 2, "batches in flight")
@@ -167,7 +176,7 @@ cut short reports the rows drained over the time taken, marked *.`,
 	f.StringVar(&jsonPath, "json", "", "also write the results as JSON to this file")
 	f.IntSliceVar(&o.Rates, "rates", []int{1000, 2500, 5000, 10000, 20000, 40000}, "steady: rates to try, in events/s, until one is not sustainable")
 	f.IntSliceVar(&o.RowsPerTx, "rows-per-tx", []int{1, 10}, "steady: events per producer transaction")
-	f.DurationVar(&o.Duration, "duration", 10*time.Second, "steady and sparse: how long producers write at each rate")
+	f.DurationVar(&o.Duration, "duration", 10*time.Second, "steady and sparse: how long producers write at each rate; idle: how long statements are counted")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the first relay phase (pprof) to this file")
 	f.BoolVar(&o.InProcessBroker, "in-process-broker", false, "run the in-memory broker inside this process")
 	f.StringVar(&o.Sink, "sink", "kafka", "drain: the sink to publish to: "+strings.Join(bench.Sinks, "|"))

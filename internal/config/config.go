@@ -204,9 +204,21 @@ type Source struct {
 	// Routes send some events elsewhere: the first route whose conditions
 	// a row meets decides its sink (and topic); rows that meet none go to
 	// Sink and Topic.
-	Routes      []Route `yaml:"routes"`
-	BatchSize   int     `yaml:"batch_size"`   // default 500
-	Pipeline    int     `yaml:"pipeline"`     // batches in flight, default 2
+	Routes    []Route `yaml:"routes"`
+	BatchSize int     `yaml:"batch_size"` // default 500
+	Pipeline  int     `yaml:"pipeline"`   // batches in flight, default 2
+	// Shards splits the source into this many buckets by a hash of each
+	// row's order key (of its id when it has none, or with ordering off).
+	// Each bucket is claimed by a worker of its own under a lease of its
+	// own, named after the source and the bucket (orders/0, orders/1, ...),
+	// so that several replicas relay one busy table side by side; a key's
+	// rows are all in one bucket and keep their order. With 1, the whole
+	// source is one lease, named after the source.
+	Shards int `yaml:"shards"`
+	// Priority orders the claims of the sources of one database when they
+	// wait for its connections: a source of higher priority claims first;
+	// sources of equal priority take turns, a batch each. Default 0.
+	Priority    int     `yaml:"priority"`
 	Ordering    *bool   `yaml:"ordering"`     // per-key order, default true
 	MaxAttempts int     `yaml:"max_attempts"` // default 10
 	Backoff     Backoff `yaml:"backoff"`

@@ -68,6 +68,13 @@ var goodFixtures = map[string]struct {
 		},
 	},
 	"tenants.good.yaml": {check: checkTenants},
+	"shards.good.yaml": {
+		check: func(t *testing.T, c *Config) {
+			if c.Sources[0].Shards != 4 || c.Sources[1].Shards != 1 {
+				t.Errorf("shards = %d and %d, want 4 and the default 1", c.Sources[0].Shards, c.Sources[1].Shards)
+			}
+		},
+	},
 	"database_url.good.yaml": {
 		env: map[string]string{"DATABASE_URL": "postgres://from-url/app"},
 		check: func(t *testing.T, c *Config) {
@@ -102,6 +109,11 @@ var badFixtures = map[string][]string{
 	"bad_batch_size.bad.yaml": {
 		`source "b": sources[1].batch_size: must be between 1 and 10000, got 0`,
 		`source "c": sources[2].batch_size: must be between 1 and 10000, got 20000`,
+	},
+	"bad_shards.bad.yaml": {
+		`source "orders": sources[0].shards: must be between 1 and 256, got 0`,
+		`source "billing": sources[1].shards: must be between 1 and 256, got 300`,
+		`source "payments": sources[2].shards: not with delivery exactly_once (one transactional producer serves the whole source), got 4`,
 	},
 	"bad_circuit.bad.yaml": {
 		`sinks.k.circuit.failures: must be at least 1, got 0`,
@@ -267,6 +279,7 @@ func checkMinimal(t *testing.T, c *Config) {
 			Sink:           "kafka",
 			BatchSize:      500,
 			Pipeline:       2,
+			Shards:         1,
 			Ordering:       &yes,
 			MaxAttempts:    10,
 			Backoff:        Backoff{Initial: Duration(time.Second), Max: Duration(5 * time.Minute)},

@@ -148,6 +148,7 @@ func (c *Config) sourceDefaults(d defaulter, i int) {
 	}
 	d.int(&s.BatchSize, p+".batch_size", DefaultBatchSize)
 	d.int(&s.Pipeline, p+".pipeline", DefaultPipeline)
+	d.int(&s.Shards, p+".shards", 1)
 	d.int(&s.MaxAttempts, p+".max_attempts", DefaultMaxAttempts)
 	d.dur(&s.Backoff.Initial, p+".backoff.initial", DefaultBackoffInitial)
 	d.dur(&s.Backoff.Max, p+".backoff.max", DefaultBackoffMax)

@@ -28,6 +28,8 @@ const (
 	MaxBatchSize   = 10000
 	MaxPipeline    = 64
 	MaxMaxAttempts = 1000
+	// MaxShards is the most buckets a source is split into (source.MaxBuckets).
+	MaxShards = 256
 )
 
 // namePattern is what source, database and sink names must match.
@@ -224,6 +226,10 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 
 	between(ps, p+".batch_size", s.BatchSize, 1, MaxBatchSize)
 	between(ps, p+".pipeline", s.Pipeline, 1, MaxPipeline)
+	between(ps, p+".shards", s.Shards, 1, MaxShards)
+	if s.Shards > 1 && s.IsQueue() {
+		ps.add(p+".shards", "a queue (state mode queue) dispatches one event per participant at a time from one worker; it is not split, got %d", s.Shards)
+	}
 	between(ps, p+".max_attempts", s.MaxAttempts, 1, MaxMaxAttempts)
 	ordered(ps, p+".backoff", "initial", "max", s.Backoff.Initial, s.Backoff.Max)
 	ordered(ps, p+".poll", "min", "max", s.Poll.Min, s.Poll.Max)
@@ -436,6 +442,9 @@ func isSpace(r rune) bool { return r == ' ' || r == '\t' || r == '\n' || r == '\
 // transaction), and not a queue.
 func (c *Config) validateDelivery(ps *problems, p string, s *Source) {
 	oneOf(ps, p+".delivery", s.Delivery, []string{DeliveryAtLeastOnce, DeliveryExactlyOnce}, true)
+	if s.Delivery == DeliveryExactlyOnce && s.Shards > 1 {
+		ps.add(p+".shards", "not with delivery exactly_once (one transactional producer serves the whole source), got %d", s.Shards)
+	}
 	if s.Delivery != DeliveryExactlyOnce {
 		return
 	}

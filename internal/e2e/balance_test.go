@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/outbox-relay/outbox-relay/internal/mytest"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
@@ -24,40 +24,102 @@ import (
 // (12 here) as the issue of scaling out asks: three replicas hold 4 each
 // within 10 s of their start; a fourth takes its share (3 each) within
 // 10 s; one that stops with SIGTERM hands its sources over within a second;
-// one killed with SIGKILL is replaced within the lease TTL.
+// one killed with SIGKILL is replaced within the lease TTL. On PostgreSQL
+// the replicas are told through NOTIFY, on MariaDB through their bells.
 func TestReplicasShareTheSources(t *testing.T) {
 	t.Parallel()
-	const sources, ttl = 12, 6 * time.Second
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		dsn, pool := pgtest.NewDB(t)
+		replicasShareTheSources(t, replicaDB{
+			schema: "public",
+			config: fmt.Sprintf("databases:\n  main: {dsn: %q}\n", dsn),
+			exec:   func(ddl string) { pgtest.Exec(t, pool, ddl) },
+			owners: func() []string {
+				rows, err := pool.Query(context.Background(), `SELECT owner FROM outbox_relay.leases WHERE expires_at > now()`)
+				if err != nil {
+					return nil // the relays have not made the lease table yet
+				}
+				owners, _ := pgx.CollectRows(rows, pgx.RowTo[string])
+				return owners
+			},
+		})
+	})
+	t.Run("mariadb", func(t *testing.T) {
+		t.Parallel()
+		use, dsn := mytest.NewDatabase(t, "e2e_share")
+		relayDB := "relay_" + mytest.Suffix()
+		t.Cleanup(func() { mytest.Drop(t, relayDB) })
+		db := mytest.Admin(t)
+		replicasShareTheSources(t, replicaDB{
+			config: fmt.Sprintf("relay_schema: %s\ndatabases:\n  main: {driver: mysql, dsn: %q}\n", relayDB, dsn),
+			exec: func(ddl string) {
+				mytest.Exec(t, db, strings.Replace(ddl, "CREATE TABLE ", "CREATE TABLE "+use+".", 1))
+			},
+			owners: func() []string {
+				rows, err := db.Query("SELECT owner FROM " + relayDB + ".leases WHERE expires_at > UTC_TIMESTAMP(6)")
+				if err != nil {
+					return nil
+				}
+				defer rows.Close()
+				var owners []string
+				for rows.Next() {
+					var o string
+					if rows.Scan(&o) == nil {
+						owners = append(owners, o)
+					}
+				}
+				return owners
+			},
+			mysql:  true,
+			schema: use,
+		})
+	})
+}
+
+// replicaDB is the database the replicas share, in its dialect.
+type replicaDB struct {
+	config string           // its databases block (and relay schema)
+	exec   func(ddl string) // runs DDL in the application database
+	owners func() []string  // the holders of the unexpired leases
+	mysql  bool
+	schema string // the tables' schema (MySQL: database)
+}
+
+func replicasShareTheSources(t *testing.T, rdb replicaDB) {
+	const sources, ttl = 12, 15 * time.Second // the default lease_ttl
 	bin := buildRelay(t)
-	dsn, pool := pgtest.NewDB(t)
 	cluster := kafkaCluster(t, kfake.SeedTopics(1, "orders"))
 	var cfg strings.Builder
 	fmt.Fprintf(&cfg, `log: {level: info, format: text}
 admin: {listen: "off"}
 shutdown: {timeout: 5s}
 lease_ttl: %s
-databases:
-  main: {dsn: %q}
-sinks:
+%ssinks:
   kafka: {type: kafka, brokers: [%q]}
 sources:
-`, ttl, dsn, strings.Join(cluster.ListenAddrs(), ","))
+`, ttl, rdb.config, strings.Join(cluster.ListenAddrs(), ","))
 	for i := range sources {
-		pgtest.Exec(t, pool, fmt.Sprintf(`CREATE TABLE o%02d (id bigserial PRIMARY KEY, k text NOT NULL, payload jsonb NOT NULL,
-  created_at timestamptz NOT NULL DEFAULT now())`, i))
-		fmt.Fprintf(&cfg, `  - {name: s%02d, table: public.o%02d, topic: orders,
-     layout: {id: id, payload: payload, key: "{k}", created_at: created_at, order_by: id, state: {mode: delete}}}
-`, i, i)
+		if rdb.mysql {
+			rdb.exec(fmt.Sprintf(`CREATE TABLE o%02d (id BIGINT AUTO_INCREMENT PRIMARY KEY, k VARCHAR(64) NOT NULL, payload JSON NOT NULL)`, i))
+		} else {
+			rdb.exec(fmt.Sprintf(`CREATE TABLE o%02d (id bigserial PRIMARY KEY, k text NOT NULL, payload jsonb NOT NULL)`, i))
+		}
+		table := fmt.Sprintf("%s.o%02d", rdb.schema, i)
+		fmt.Fprintf(&cfg, `  - {name: s%02d, table: %s, topic: orders,
+     layout: {id: id, payload: payload, key: "{k}", order_by: id, state: {mode: delete}}}
+`, i, table)
 	}
 	path := filepath.Join(t.TempDir(), "relay.yaml")
 	if err := os.WriteFile(path, []byte(cfg.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	heldByPID := func() map[int]int { return byPID(rdb.owners()) }
 	shares := func(want map[int]int, within time.Duration, what string) time.Duration {
 		t.Helper()
 		start := time.Now()
 		waitFor(t, within, what, func() (bool, string) {
-			got := heldByPID(t, pool)
+			got := heldByPID()
 			return maps.Equal(got, want), fmt.Sprintf("held by pid: %v, want %v", got, want)
 		})
 		return time.Since(start)
@@ -69,6 +131,9 @@ sources:
 		t.Helper()
 		waitFor(t, 60*time.Second, "the replicas running", func() (bool, string) {
 			for _, p := range ps {
+				if p.exited() {
+					t.Fatalf("relay process %d exited: %v\n%s", pid(p), p.err, p.out.String())
+				}
 				if !strings.Contains(p.out.String(), "relay starting") {
 					return false, fmt.Sprintf("pid %d not started", pid(p))
 				}
@@ -103,7 +168,7 @@ sources:
 	}
 	sent := time.Now()
 	waitFor(t, 10*time.Second, "the stopped replica's sources held by the others", func() (bool, string) {
-		got := heldByPID(t, pool)
+		got := heldByPID()
 		n := 0
 		for p, held := range got {
 			if p != pid(c) {
@@ -136,18 +201,8 @@ sources:
 	}
 }
 
-// heldByPID counts the unexpired leases per holding process (owners are
-// host/pid/nonce); none before the relays made the lease table.
-func heldByPID(t *testing.T, pool *pgxpool.Pool) map[int]int {
-	t.Helper()
-	rows, err := pool.Query(context.Background(), `SELECT owner FROM outbox_relay.leases WHERE expires_at > now()`)
-	if err != nil {
-		return nil
-	}
-	owners, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		return nil
-	}
+// byPID counts leases per holding process (owners are host/pid/nonce).
+func byPID(owners []string) map[int]int {
 	out := map[int]int{}
 	for _, o := range owners {
 		parts := strings.Split(o, "/")

@@ -145,9 +145,12 @@ func (p *dbTap) serve() {
 type tapConn struct {
 	claimOpen atomic.Bool     // a claim's transaction is open
 	claimStmt map[string]bool // PostgreSQL: prepared statements that are the claim
-	buf       []byte          // the client's bytes not yet parsed
-	started   bool            // past the startup message / handshake response
-	trip      atomic.Pointer[string]
+	// commitStmt are the prepared statements that are a COMMIT: a
+	// completion sends its COMMIT in its pipeline, extended protocol.
+	commitStmt map[string]bool
+	buf        []byte // the client's bytes not yet parsed
+	started    bool   // past the startup message / handshake response
+	trip       atomic.Pointer[string]
 }
 
 func (p *dbTap) forward(client net.Conn) {
@@ -170,7 +173,7 @@ func (p *dbTap) forward(client net.Conn) {
 		_ = server.Close()
 		return
 	}
-	tc := &tapConn{claimStmt: map[string]bool{}}
+	tc := &tapConn{claimStmt: map[string]bool{}, commitStmt: map[string]bool{}}
 	p.conns[client], p.conns[server], p.tapped[tc] = true, true, true
 	p.mu.Unlock()
 	defer func() {
@@ -329,11 +332,21 @@ func (p *dbTap) classify(tc *tapConn, msg []byte) string {
 					return phaseClaim
 				}
 			}
+			if strings.EqualFold(strings.TrimSpace(query), "commit") {
+				tc.commitStmt[name] = true
+				if name == "" {
+					return phaseCommit
+				}
+			}
 			return ""
 		case 'B': // Bind: portal, statement
 			portal := cstring(body)
-			if stmt := cstring(body[len(portal)+1:]); stmt != "" && tc.claimStmt[stmt] {
+			stmt := cstring(body[len(portal)+1:])
+			switch {
+			case stmt != "" && tc.claimStmt[stmt]:
 				return phaseClaim
+			case stmt != "" && tc.commitStmt[stmt]:
+				return phaseCommit
 			}
 			return ""
 		default:

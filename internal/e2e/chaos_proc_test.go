@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -51,6 +52,22 @@ func newProcChaosExactlyOnce(t *testing.T, leaseTTL string, keys int) *procChaos
 
 func newProcChaosWith(t *testing.T, leaseTTL string, keys int, delivery string) *procChaos {
 	t.Helper()
+	return newProcChaosOpts(t, procOpts{leaseTTL: leaseTTL, keys: keys, delivery: delivery})
+}
+
+// procOpts shape a procChaos: the relays' lease_ttl, the producer's keys,
+// the source's delivery and shards, the relays' log level (default warn).
+type procOpts struct {
+	leaseTTL string
+	keys     int
+	delivery string
+	shards   int
+	logLevel string
+}
+
+func newProcChaosOpts(t *testing.T, o procOpts) *procChaos {
+	t.Helper()
+	leaseTTL, keys, delivery := o.leaseTTL, o.keys, o.delivery
 	p := &procChaos{t: t, bin: buildRelay(t), l: eventledger.New()}
 	dsn, pool := pgtest.NewDB(t)
 	p.pool = pool
@@ -64,7 +81,7 @@ func newProcChaosWith(t *testing.T, leaseTTL string, keys int, delivery string) 
 		delivery = "at_least_once"
 	}
 	p.cfg = filepath.Join(t.TempDir(), "relay.yaml")
-	if err := os.WriteFile(p.cfg, fmt.Appendf(nil, `log: {level: warn, format: text}
+	if err := os.WriteFile(p.cfg, fmt.Appendf(nil, `log: {level: %s, format: text}
 admin: {listen: "off"}
 shutdown: {timeout: 5s}
 lease_ttl: %s
@@ -79,9 +96,10 @@ sources:
     pipeline: 3
     poll: {min: 5ms, max: 50ms}
     delivery: %s
+    shards: %d
     layout: {id: id, payload: payload, topic: "{topic}", key: "{k}", created_at: created_at, order_by: id,
              state: {mode: flag, flag: published, published_at: [published_at]}}
-`, leaseTTL, dsn, strings.Join(brokers, ","), delivery), 0o600); err != nil {
+`, cmp.Or(o.logLevel, "warn"), leaseTTL, dsn, strings.Join(brokers, ","), delivery, max(o.shards, 1)), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The producer: transactions of 1-5 rows of random keys, a few hundred

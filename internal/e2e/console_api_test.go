@@ -150,4 +150,16 @@ VALUES ('Order', gen_random_uuid(), $1, $2, '{}') RETURNING id::text`, row[0], r
 	if r := sources.Replicas; len(r) != 1 || !r[0].Self || r[0].Holds != 1 || r[0].Share != 1 {
 		t.Errorf("/api/sources replicas: %+v, want this process alone holding its share of 1", r)
 	}
+
+	// A second replica, standing by, serves the same charts: the samples
+	// are read from the database, where the holder writes them.
+	b, _ := runApp(t, cfg, app.WithHistoryInterval(20*time.Millisecond))
+	waitFor(t, 10*time.Second, "the second replica's admin server", func() (bool, string) { return b.AdminAddr() != "", "" })
+	waitFor(t, 20*time.Second, "the holder's samples and both replicas on the standby's console", func() (bool, string) {
+		code, body := httpGet(t, "http://"+b.AdminAddr()+"/api/sources")
+		if err := json.Unmarshal([]byte(body), &sources); code != 200 || err != nil {
+			return false, body
+		}
+		return len(sources.History["shop"]) >= 2 && len(sources.Replicas) == 2, body
+	})
 }

@@ -386,7 +386,8 @@ sources:
 		"GRANT SELECT, INSERT, UPDATE ON outbox_relay.relay_state TO "+ident,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relay.failed_events TO "+ident,
 		"GRANT SELECT, INSERT, DELETE ON outbox_relay.failed_event_audit TO "+ident,
-		"GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relay.retry_state, outbox_relay.leases TO "+ident,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON outbox_relay.retry_state, outbox_relay.leases, outbox_relay.replicas TO "+ident,
+		"GRANT SELECT, INSERT, DELETE ON outbox_relay.source_samples TO "+ident,
 		"GRANT USAGE ON SEQUENCE outbox_relay.failed_event_audit_id_seq TO "+ident)
 	cfg := writeCfg(pgtest.WithUser(t, dsn, role))
 

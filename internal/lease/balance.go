@@ -67,11 +67,11 @@ type Balancer struct {
 	log    *slog.Logger
 
 	mu      sync.Mutex
-	shards  map[string]int         // shards run here (a count of Hold loops each)
-	held    map[string]chan string // shards held here: where to send a successor
-	giving  map[string]bool        // shards being handed over
-	counts  map[string]int         // the last census, or nil before the first
-	changed chan struct{}          // closed (and replaced) when the census changes
+	shards  map[string]int      // shards run here (a count of Hold loops each)
+	held    map[string]*holding // shards held here
+	giving  map[string]bool     // shards being handed over
+	counts  map[string]int      // the last census, or nil before the first
+	changed chan struct{}       // closed (and replaced) when the census changes
 	nudge   chan struct{}
 }
 
@@ -82,7 +82,7 @@ func NewBalancer(l *Leases, ttl time.Duration, log *slog.Logger) *Balancer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Balancer{leases: l, ttl: ttl, log: log, shards: map[string]int{}, held: map[string]chan string{},
+	return &Balancer{leases: l, ttl: ttl, log: log, shards: map[string]int{}, held: map[string]*holding{},
 		giving: map[string]bool{}, changed: make(chan struct{}), nudge: make(chan struct{}, 1)}
 }
 
@@ -100,7 +100,20 @@ func (b *Balancer) Nudge() {
 func (b *Balancer) Run(ctx context.Context) {
 	t := time.NewTicker(b.ttl / 3)
 	defer t.Stop()
+	if bell, ok := b.leases.store.(Bell); ok {
+		go b.listen(ctx, bell)
+	}
+	last := time.Time{}
 	for {
+		// A nudge takes a census; the leases are renewed on the ticker's
+		// pace (and before, when it is due).
+		if time.Since(last) >= b.ttl/4 {
+			if err := b.renew(ctx); err != nil && ctx.Err() == nil {
+				b.log.Warn("renew the leases", "err", err)
+			} else {
+				last = time.Now()
+			}
+		}
 		if err := b.census(ctx); err != nil && ctx.Err() == nil {
 			b.log.Warn("replica census", "err", err)
 		}
@@ -110,6 +123,7 @@ func (b *Balancer) Run(ctx context.Context) {
 			if err := b.leases.Leave(lctx); err != nil {
 				b.log.Warn("leaving the replicas", "err", err)
 			}
+			b.ringOthers(lctx) // they count without this process now
 			cancel()
 			return
 		case <-t.C:
@@ -131,6 +145,11 @@ func (b *Balancer) census(ctx context.Context) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	me := b.leases.owner
+	if b.counts == nil {
+		// Arrived: the others make room for it.
+		others := slices.Collect(maps.Keys(counts))
+		go b.ring(context.WithoutCancel(ctx), others...)
+	}
 	counts[me] = len(b.held) // this process knows its own best
 	// Every census wakes the shards standing by: the share, the shards
 	// or a reservation may have changed.
@@ -147,7 +166,7 @@ func (b *Balancer) census(ctx context.Context) error {
 	for i, successor := range to {
 		shard := mine[len(mine)-1-i]
 		b.giving[shard] = true
-		b.held[shard] <- successor
+		b.held[shard].giveUp <- successor
 	}
 	if len(to) > 0 {
 		b.log.Info("handing shards over to balance the replicas", "shards", len(to), "replicas", len(counts),
@@ -196,17 +215,68 @@ func (b *Balancer) mayAcquire(row *Row, owner string) bool {
 	return b.counts != nil && len(b.held) < Share(len(b.shards), len(b.counts))
 }
 
-// holding records shard as held here; the channel receives the replica to
-// hand it to when the census says so.
-func (b *Balancer) holding(shard string) <-chan string {
+// holding is a lease this process holds, renewed by its balancer.
+type holding struct {
+	ls     *Lease
+	giveUp chan string   // receives the replica to hand it to
+	lost   chan struct{} // closed when a renewal finds it taken
+	ok     time.Time     // the last successful renewal (or the acquisition)
+	closed bool
+}
+
+// hold records ls as held here: the balancer renews it with the others of
+// its database, one statement for all, and hands it over when the census
+// says so.
+func (b *Balancer) hold(ls *Lease) *holding {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	ch := make(chan string, 1)
-	b.held[shard] = ch
+	h := &holding{ls: ls, giveUp: make(chan string, 1), lost: make(chan struct{}), ok: time.Now()}
+	b.held[ls.Shard] = h
 	if b.counts != nil {
 		b.counts[b.leases.owner] = len(b.held)
 	}
-	return ch
+	return h
+}
+
+// renewedAt is when h was last renewed.
+func (b *Balancer) renewedAt(h *holding) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return h.ok
+}
+
+// renew extends every lease held here in one statement; a lease the
+// statement did not extend was taken (or expired), and its holding is told.
+func (b *Balancer) renew(ctx context.Context) error {
+	b.mu.Lock()
+	var ls []*Lease
+	for _, h := range b.held {
+		ls = append(ls, h.ls)
+	}
+	b.mu.Unlock()
+	if len(ls) == 0 {
+		return nil
+	}
+	at := time.Now()
+	renewed, err := b.leases.RenewAll(ctx, ls, b.ttl)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, l := range ls {
+		h := b.held[l.Shard]
+		switch {
+		case h == nil || h.ls != l:
+			// released meanwhile
+		case renewed[l.Shard]:
+			h.ok = at
+		case !h.closed:
+			h.closed = true
+			close(h.lost)
+		}
+	}
+	return nil
 }
 
 // released records shard as no longer held here.
@@ -235,3 +305,45 @@ func (b *Balancer) successor() string {
 
 // reserve is how long a handed-over shard waits for its successor alone.
 func (b *Balancer) reserve() time.Duration { return cmp.Or(b.ttl/2, time.Second) }
+
+// listen turns the rings of this process's bell into censuses, where the
+// store has a bell (see Bell); it returns when ctx ends.
+func (b *Balancer) listen(ctx context.Context, bell Bell) {
+	for ctx.Err() == nil {
+		rung, err := bell.Wait(ctx, b.leases.owner, b.ttl/3)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			b.log.Debug("wait on the bell", "err", err)
+			sleepCtx(ctx, b.ttl/3)
+		case rung:
+			b.Nudge()
+		}
+	}
+}
+
+// ring wakes owners (not this process) where the store has a bell; on
+// PostgreSQL the statements that change the leases notify instead.
+func (b *Balancer) ring(ctx context.Context, owners ...string) {
+	bell, ok := b.leases.store.(Bell)
+	if !ok {
+		return
+	}
+	for _, o := range owners {
+		if o == b.leases.owner || o == "" {
+			continue
+		}
+		if err := bell.Ring(ctx, o); err != nil {
+			b.log.Debug("ring a replica's bell", "replica", o, "err", err)
+		}
+	}
+}
+
+// ringOthers wakes every other replica of the last census.
+func (b *Balancer) ringOthers(ctx context.Context) {
+	b.mu.Lock()
+	others := slices.Collect(maps.Keys(b.counts))
+	b.mu.Unlock()
+	b.ring(ctx, others...)
+}

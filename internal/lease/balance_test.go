@@ -120,7 +120,7 @@ func TestMayAcquire(t *testing.T) {
 		{"handed to another long ago", &Row{Owner: "other", Expired: true, Successor: "third"}, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b.held = map[string]chan string{}
+			b.held = map[string]*holding{}
 			for i := range tc.held {
 				b.held[fmt.Sprint("h", i)] = nil
 			}

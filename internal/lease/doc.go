@@ -1,4 +1,5 @@
-// Package lease gives each shard (a source) to one relay process at a time
+// Package lease gives each shard (a source, or a bucket of a source split
+// by sources[].shards, see source.Bucket) to one relay process at a time
 // and fences every other: the leases are rows of the relay's own schema
 // (outbox_relay.leases, or the relay database on MySQL), and this package
 // holds the rule and the loop once; each dialect supplies a Store of single

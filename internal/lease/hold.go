@@ -90,18 +90,23 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 			continue
 		}
 		standby, held = false, true
-		var giveUp <-chan string
-		if b != nil {
-			giveUp = b.holding(o.Shard)
-		}
 		wctx, stop := context.WithCancel(ctx)
 		renewed := make(chan struct{})
 		successor := ""
-		go func() {
-			defer close(renewed)
-			// A loss keep reports is logged there, not again above.
-			successor = l.keep(wctx, ls, o.TTL, log, giveUp, func() { held = false; stop() })
-		}()
+		lost := func() { held = false; stop() }
+		if b != nil {
+			h := b.hold(ls)
+			go func() {
+				defer close(renewed)
+				successor = b.keep(wctx, h, log, lost)
+			}()
+		} else {
+			go func() {
+				defer close(renewed)
+				// A loss keep reports is logged there, not again above.
+				l.keep(wctx, ls, o.TTL, log, lost)
+			}()
+		}
 		if ls.PreviousOwner != "" {
 			log.Info("took over the source", "previous_owner", ls.PreviousOwner, "term", ls.Term)
 		}
@@ -128,6 +133,9 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 				log.Warn("release lease", "err", err)
 			} else if successor != "" {
 				log.Info("handed the source over", "successor", successor, "term", ls.Term)
+				if b != nil {
+					b.ring(rctx, successor)
+				}
 			}
 			cancel()
 			held = false
@@ -178,35 +186,59 @@ func (l *Leases) handOver(ctx context.Context, o HoldOptions, ls *Lease, log *sl
 
 // keep renews the lease until ctx ends; it calls lost when the lease is
 // gone or could not be renewed for half its TTL (the trust window: a holder
-// stops before its lease can have expired and been taken over), and when
-// giveUp names a successor, which it then returns.
-func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *slog.Logger, giveUp <-chan string, lost func()) string {
+// stops before its lease can have expired and been taken over).
+func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *slog.Logger, lost func()) {
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
 	last := time.Now()
 	for {
 		select {
 		case <-ctx.Done():
-			return ""
-		case successor := <-giveUp:
-			lost()
-			return successor
+			return
 		case <-t.C:
 		}
 		ok, err := l.Renew(ctx, ls, ttl)
 		switch {
 		case ctx.Err() != nil:
-			return "" // the work stopped: Hold goes on
+			return // the work stopped: Hold goes on
 		case err == nil && ok:
 			last = time.Now()
 		case err == nil:
 			log.Warn("lease lost to another replica; stopping", "term", ls.Term)
 			lost()
-			return ""
+			return
 		case time.Since(last) > ttl/2:
 			log.Error("lease could not be renewed; stopping", "err", err)
 			lost()
+			return
+		}
+	}
+}
+
+// keep watches a lease the balancer renews until ctx ends: it calls lost
+// when a renewal found the lease taken, when none succeeded for half the
+// TTL (the trust window), or when the census hands the shard over, and
+// then returns the successor ("" but for a hand-over).
+func (b *Balancer) keep(ctx context.Context, h *holding, log *slog.Logger, lost func()) string {
+	t := time.NewTicker(b.ttl / 12)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
 			return ""
+		case successor := <-h.giveUp:
+			lost()
+			return successor
+		case <-h.lost:
+			log.Warn("lease lost to another replica; stopping", "term", h.ls.Term)
+			lost()
+			return ""
+		case <-t.C:
+			if since := time.Since(b.renewedAt(h)); since > b.ttl/2 {
+				log.Error("lease could not be renewed; stopping", "unrenewed_for", since.Round(time.Millisecond))
+				lost()
+				return ""
+			}
 		}
 	}
 }

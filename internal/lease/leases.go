@@ -135,6 +135,20 @@ func (l *Leases) Renew(ctx context.Context, ls *Lease, ttl time.Duration) (bool,
 	return ok, nil
 }
 
+// RenewAll extends every lease of ls (all this owner's) still held with
+// its term, in one statement, and returns the shards it extended.
+func (l *Leases) RenewAll(ctx context.Context, ls []*Lease, ttl time.Duration) (map[string]bool, error) {
+	p := &RenewAllParams{Owner: l.owner, TTL: ttl}
+	for _, x := range ls {
+		p.Shards, p.Terms = append(p.Shards, x.Shard), append(p.Terms, x.Term)
+	}
+	renewed, err := l.store.RenewAll(ctx, p)
+	if err != nil {
+		return nil, fmt.Errorf("renew %d leases: %w", len(ls), err)
+	}
+	return renewed, nil
+}
+
 // Release ends a lease now so that another replica can take the shard
 // without waiting for it to expire.
 func (l *Leases) Release(ctx context.Context, ls *Lease) error { return l.HandOver(ctx, ls, "") }

@@ -28,6 +28,10 @@ type Store interface {
 	// now, only while unexpired unless p.Expired; false when the row is
 	// no longer so.
 	Renew(ctx context.Context, p *RenewParams) (bool, error)
+	// RenewAll extends by p.TTL from now every lease of p.Leases still
+	// held unexpired by p.Owner with its term, in one statement (or as
+	// few as the dialect can), and returns the shards it extended.
+	RenewAll(ctx context.Context, p *RenewAllParams) (map[string]bool, error)
 	// Expire ends the lease of p.Owner with term p.Term now.
 	Expire(ctx context.Context, p *ExpireParams) error
 	// Ended clears the owners to end of p.Owner's lease with term p.Term.
@@ -93,6 +97,14 @@ type RenewParams struct {
 	Expired bool // extend it even when it has expired (its holder acquires it again)
 }
 
+// RenewAllParams extend the leases of one owner.
+type RenewAllParams struct {
+	Owner  string
+	TTL    time.Duration
+	Shards []string
+	Terms  []int64 // the term of each of Shards
+}
+
 // ExpireParams end a lease now.
 type ExpireParams struct {
 	Shard string
@@ -133,4 +145,15 @@ type EndOwnerParams struct {
 	Owner string
 	Table string // as the dialect quotes it
 	Warn  func(error)
+}
+
+// Bell is a Store whose replicas wake each other directly, for a dialect
+// without notifications (MySQL): a replica waits on its bell between
+// censuses, and another rings it after handing it a shard, after joining
+// and after leaving.
+type Bell interface {
+	// Wait returns after d, or earlier (true) when the owner's bell rang.
+	Wait(ctx context.Context, owner string, d time.Duration) (bool, error)
+	// Ring wakes owner's Wait, if it is waiting.
+	Ring(ctx context.Context, owner string) error
 }

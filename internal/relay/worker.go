@@ -43,6 +43,10 @@ type Options struct {
 	ValidateJSON bool
 	// Wake, when not nil, signals that rows may have arrived (NOTIFY).
 	Wake <-chan struct{}
+	// Gate, when not nil, is where each batch waits for its place among
+	// the claims of its database (see Scheduler), from its claim to its
+	// completion.
+	Gate Gate
 	// Txn, when set, makes each batch one transaction of the sink
 	// (delivery exactly_once); Sink and every route's sink publish into it.
 	Txn Transactor
@@ -301,6 +305,7 @@ func (w *Worker) Run(ctx context.Context) error {
 		defer close(ackerDone)
 		for f := range ackQ {
 			w.complete(hard, f)
+			w.releasePlace()
 			<-slots
 		}
 	}()
@@ -340,10 +345,17 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 		case <-ctx.Done():
 			return
 		}
+		if g := w.o.Gate; g != nil {
+			if err := g.Acquire(ctx); err != nil {
+				<-slots
+				return
+			}
+		}
 		seq := w.book.StartClaim()
 		start := time.Now()
 		b, err := w.o.Store.Claim(ctx, w.o.BatchSize)
 		if err != nil {
+			w.releasePlace()
 			<-slots
 			if ctx.Err() != nil {
 				return
@@ -379,6 +391,7 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 			}
 		}
 		if b == nil {
+			w.releasePlace()
 			<-slots
 			// A batch that completes may free keys the empty claim found
 			// held (a queue's participants in flight): it ends the wait.
@@ -403,6 +416,13 @@ func (w *Worker) claimLoop(ctx, hard context.Context, slots chan struct{}, ackQ 
 				return
 			}
 		}
+	}
+}
+
+// releasePlace gives a batch's place back to the gate, if there is one.
+func (w *Worker) releasePlace() {
+	if g := w.o.Gate; g != nil {
+		g.Release()
 	}
 }
 

@@ -105,6 +105,9 @@ var relayTables = []RelayTable{
 	// Each replica registers with a heartbeat and removes itself, and
 	// those gone for an hour.
 	{"replicas", []string{"SELECT", "INSERT", "UPDATE", "DELETE"}},
+	// The holder of a source writes its chart's samples and prunes the
+	// old ones; any replica reads them.
+	{"source_samples", []string{"SELECT", "INSERT", "DELETE"}},
 	// run reads it at start to find the migrations still to apply.
 	{"goose_db_version", []string{"SELECT"}},
 }

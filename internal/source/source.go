@@ -2,7 +2,9 @@
 // that hold outbox tables. A Store claims batches of pending rows for one
 // source; each batch is held by its claimer until it completes (published
 // rows acknowledged, failed rows scheduled for retry or dead-lettered, in one
-// transaction) or is released untouched.
+// transaction) or is released untouched. A store may claim one bucket of
+// its source only (Bucket: sources[].shards), the rows whose order key hashes
+// to it.
 //
 // Implementations live in subpackages (postgres) and must pass the shared
 // conformance suite in sourcetest.

@@ -34,20 +34,27 @@ type Recorded struct {
 	// shifted to this process's clock (nil: no lease).
 	RecordedBy string
 	HeldSince  *time.Time
+	// Lease names the lease Owner, Term, Held and HeldSince are of: the
+	// source's own, or one of its buckets' (Bucket.LeaseName); "" when
+	// the source has no lease. A source has a record a lease.
+	Lease string
 }
 
 // StatusSQL reads every source's recorded state in one database: rs is the
 // quoted relay schema, now the database's clock in UTC and sinks the sink
-// states as JSON text, in the dialect's SQL.
+// states as JSON text, in the dialect's SQL. A source has a row for its own
+// lease and one for each lease of a bucket of it ("<source>/<n>"), or one
+// row without a lease.
 func StatusSQL(rs, now, sinks string) string {
 	return `SELECT s.source, s.schema_name, s.table_name, COALESCE(l.owner, ''), COALESCE(l.term, 0),
   COALESCE(l.expires_at > ` + now + `, FALSE), s.pending_events, s.lag_seconds, s.events_per_second,
   s.last_claim_at, s.updated_at, ` + sinks + `,
   (SELECT COUNT(*) FROM ` + rs + `.retry_state r WHERE r.source = s.source),
   (SELECT COUNT(*) FROM ` + rs + `.failed_events f WHERE f.source = s.source AND f.replayed_at IS NULL),
-  ` + now + `, COALESCE(s.owner, ''), l.acquired_at
-FROM ` + rs + `.relay_state s LEFT JOIN ` + rs + `.leases l ON l.shard = s.source
-ORDER BY s.source`
+  ` + now + `, COALESCE(s.owner, ''), l.acquired_at, COALESCE(l.shard, '')
+FROM ` + rs + `.relay_state s LEFT JOIN ` + rs + `.leases l
+  ON l.shard = s.source OR LEFT(l.shard, CHAR_LENGTH(s.source) + 1) = CONCAT(s.source, '/')
+ORDER BY s.source, l.shard`
 }
 
 // RowScanner is what ScanStatus reads: database/sql's rows or pgx's.
@@ -69,7 +76,7 @@ func ScanStatus(rows RowScanner) ([]Recorded, error) {
 			now                time.Time
 		)
 		if err := rows.Scan(&s.Source, &s.Schema, &s.Table, &s.Owner, &s.Term, &s.Held, &s.Pending, &s.OldestPendingSeconds,
-			&s.EventsPerSecond, &lastClaim, &updated, &sinks, &s.Retrying, &s.DeadLetters, &now, &s.RecordedBy, &acquired); err != nil {
+			&s.EventsPerSecond, &lastClaim, &updated, &sinks, &s.Retrying, &s.DeadLetters, &now, &s.RecordedBy, &acquired, &s.Lease); err != nil {
 			return nil, err
 		}
 		// The last claim is the relay's clock; the update time is the

@@ -175,3 +175,51 @@ func testBalance(t *testing.T, h Harness) {
 	took := rec.await(map[string]int{a.Name(): 3, b.Name(): 3}, ttl, "c leaves")
 	t.Logf("c's shards taken %v after it left", took)
 }
+
+// testRenewAll: one statement renews an owner's leases still held with
+// their terms, and says which; one taken over meanwhile is not renewed.
+func testRenewAll(t *testing.T, h Harness) {
+	ctx := context.Background()
+	env := h.NewEnv(t, 0)
+	a, b := env.Owner(t, "a"), env.Owner(t, "b")
+	l1 := acquire(t, a, "s1", time.Minute, 1, "")
+	l2 := acquire(t, a, "s2", time.Minute, 1, "")
+	l3 := acquire(t, a, "s3", time.Minute, 1, "")
+	if err := a.Leases().Release(ctx, l2); err != nil {
+		t.Fatal(err)
+	}
+	acquire(t, b, "s2", time.Minute, 2, a.Name())
+	env.ExpireAll(t) // s3 too: an expired lease is not renewed, even untaken
+	acquire(t, a, "s1", time.Minute, 1, "")
+	got, err := a.Leases().RenewAll(ctx, []*lease.Lease{l1, l2, l3}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]bool{"s1": true}; !maps.Equal(got, want) {
+		t.Fatalf("renewed %v, want %v", got, want)
+	}
+	renews(t, a, l1, true)
+}
+
+// testBalancedHoldStopsWhenLost: under a balancer, whose one statement
+// renews the process's leases, a holder whose lease was taken stops its
+// work at the next renewal.
+func testBalancedHoldStopsWhenLost(t *testing.T, h Harness) {
+	env := h.NewEnv(t, 0)
+	const ttl = 900 * time.Millisecond
+	a, b := env.Owner(t, "a"), env.Owner(t, "b")
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	defer func() { cancel(); wg.Wait() }()
+	bal := lease.NewBalancer(a.Leases(), ttl, nil)
+	wg.Go(func() { bal.Run(ctx) })
+	started, stopped := make(chan struct{}, 1), make(chan struct{}, 1)
+	wg.Go(func() {
+		a.Leases().Hold(ctx, lease.HoldOptions{Shard: "s", TTL: ttl, Table: env.Table(), Balancer: bal},
+			func(ctx context.Context) { started <- struct{}{}; <-ctx.Done(); stopped <- struct{}{} })
+	})
+	within(t, started, 10*time.Second, "a's work starts")
+	env.ExpireAll(t)
+	acquire(t, b, "s", time.Minute, 2, a.Name())
+	within(t, stopped, 5*time.Second, "a's work stops once its lease is taken")
+}

@@ -26,6 +26,8 @@
 //     once), stops the work when a renewal finds the lease taken, and,
 //     taking a lease over, ends every unended owner's claims before the
 //     work claims anything;
+//   - RenewAll renews, in one statement, exactly the owner's leases still
+//     held unexpired with their terms;
 //   - a census counts the live replicas and the shards each holds (not a
 //     dead one, nor one that left); a lease handed over is reserved for its
 //     successor;
@@ -106,6 +108,8 @@ func Run(t *testing.T, h Harness) {
 		{"Census", testCensus},
 		{"HandOverReserved", testHandOverReserved},
 		{"Balance", testBalance},
+		{"RenewAll", testRenewAll},
+		{"BalancedHoldStopsWhenLost", testBalancedHoldStopsWhenLost},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -89,6 +89,13 @@ type StatusReader interface {
 	Replicas(ctx context.Context) ([]source.Replica, error)
 }
 
+// SampleKeeper is a DB that keeps the sources' chart samples in its relay
+// schema: written by each source's holder, read by any replica.
+type SampleKeeper interface {
+	RecordSamples(ctx context.Context, xs []source.Sample) error
+	Samples(ctx context.Context) ([]source.Sample, error)
+}
+
 // SchemaChecker is a DB that can say how its relay schema stands for the
 // role the relay connects as: what it lacks to run, and whether it may
 // apply pending migrations.

@@ -89,6 +89,9 @@ type SourceParams struct {
 	Layout       *layout.Layout
 	Ordering     bool
 	ClaimTimeout time.Duration
+	// Bucket is the part of the source the store claims (sources[].shards);
+	// the zero value is the whole source.
+	Bucket source.Bucket
 	// Metrics is the process's metrics, for stores that keep their own
 	// (a dispatch queue's).
 	Metrics *metrics.Metrics

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 )
 
@@ -16,7 +17,9 @@ import (
 // rows, reads a number of the table's rows bounded by its batch (its
 // window, for a claim that reads one), not by the backlog nor the history,
 // with the indexes the relay picks for the table (ClaimIndex,
-// PendingIndex).
+// PendingIndex). The claim of one bucket of a source split in 4
+// (sources[].shards) reads its window over 4 times as many rows: it passes
+// over the other buckets' rows.
 func TestClaimReadsABoundedWindow(t *testing.T) {
 	t.Parallel()
 	digits := "(SELECT 0 d UNION ALL SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3 UNION ALL SELECT 4 " +
@@ -55,44 +58,58 @@ func TestClaimReadsABoundedWindow(t *testing.T) {
 			"INSERT INTO `OutboxEvent` (`id`, `tenantId`, `eventType`, `aggregateType`, `aggregateId`, `payload`, `createdAt`, `status`) " +
 				"SELECT UUID(), 't', 'e', 'a', CONCAT('a', n % 1000), '{}', UTC_TIMESTAMP(3) - INTERVAL n * 1000 MICROSECOND, IF(" + pending + ", 'pending', 'published') FROM " + numbers + upTo},
 	} {
-		t.Run(tc.preset, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			e := newEnv(t)
-			var version string
-			if err := e.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-				t.Fatal(err)
-			}
-			if !strings.Contains(strings.ToLower(version), "mariadb") {
-				t.Skipf("reads the plan with MariaDB's ANALYZE FORMAT=JSON; the server is %s", version)
-			}
-			if tc.ddl == "" {
-				if err := mysql.MigrateTable(ctx, e.dsn, mysql.Table{Name: tc.table}); err != nil {
+		for _, bc := range []struct {
+			name     string
+			bucket   source.Bucket
+			ordering bool
+		}{
+			{"", source.Bucket{}, true},
+			{"/bucket-1-of-4", source.Bucket{Index: 1, Count: 4}, true},
+			{"/bucket-1-of-4/ordering-off", source.Bucket{Index: 1, Count: 4}, false},
+		} {
+			t.Run(tc.preset+bc.name, func(t *testing.T) {
+				t.Parallel()
+				ctx := context.Background()
+				e := newEnv(t)
+				var version string
+				if err := e.db.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
 					t.Fatal(err)
 				}
-			} else {
-				e.exec(t, tc.ddl)
-			}
-			e.exec(t, "ALTER TABLE `"+tc.table+"` STATS_PERSISTENT = 1, STATS_AUTO_RECALC = 0", tc.insert)
-			st := e.indexedStore(t, "plan", tc.table, tc.preset)
-			plans, err := mysql.ClaimPlans(ctx, st, limit)
-			if err != nil {
-				t.Fatal(err)
-			}
-			read := 0
-			var shown []string
-			for _, p := range plans {
-				var plan string
-				if err := e.db.QueryRowContext(ctx, "ANALYZE FORMAT=JSON "+p.SQL, p.Args...).Scan(&plan); err != nil {
+				if !strings.Contains(strings.ToLower(version), "mariadb") {
+					t.Skipf("reads the plan with MariaDB's ANALYZE FORMAT=JSON; the server is %s", version)
+				}
+				if tc.ddl == "" {
+					if err := mysql.MigrateTable(ctx, e.dsn, mysql.Table{Name: tc.table}); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					e.exec(t, tc.ddl)
+				}
+				e.exec(t, "ALTER TABLE `"+tc.table+"` STATS_PERSISTENT = 1, STATS_AUTO_RECALC = 0", tc.insert)
+				st := e.indexedBucketStore(t, "plan", tc.table, tc.preset, bc.bucket, bc.ordering)
+				plans, err := mysql.ClaimPlans(ctx, st, limit)
+				if err != nil {
 					t.Fatal(err)
 				}
-				read += tableRows(t, plan, "o", "f")
-				shown = append(shown, plan)
-			}
-			if read > 12*limit {
-				t.Errorf("the claim read %d rows of a %d-row backlog; a claim of %d should read at most %d:\n%s", read, backlog, limit, 12*limit, strings.Join(shown, "\n"))
-			}
-		})
+				read := 0
+				var shown []string
+				for _, p := range plans {
+					var plan string
+					if err := e.db.QueryRowContext(ctx, "ANALYZE FORMAT=JSON "+p.SQL, p.Args...).Scan(&plan); err != nil {
+						t.Fatal(err)
+					}
+					read += tableRows(t, plan, "o", "f")
+					shown = append(shown, plan)
+				}
+				// A bucket's window (twice the limit) passes over the other
+				// buckets' rows.
+				most := 12*limit + (max(bc.bucket.Count, 1)-1)*2*limit
+				if read > most {
+					t.Errorf("the claim read %d rows of a %d-row backlog; a claim of %d should read at most %d:\n%s", read, backlog, limit, most, strings.Join(shown, "\n"))
+				}
+				t.Logf("the claim read %d rows", read)
+			})
+		}
 	}
 }
 

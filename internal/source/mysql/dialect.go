@@ -33,6 +33,12 @@ func (dialect) Timestamp(utc string) string { return "'" + utc + "'" }
 // (see errorReset).
 func (dialect) ResetError(string) string { return "" }
 
+// Hash32 hashes text's utf8mb4 bytes (MD5 hashes the bytes of its
+// argument's character set) and reads the first eight hex digits.
+func (dialect) Hash32(text string) string {
+	return "CAST(CONV(SUBSTR(MD5(CONVERT(" + text + " USING utf8mb4)), 1, 8), 16, 10) AS UNSIGNED)"
+}
+
 // sq writes the layout's SQL in MySQL's dialect.
 var sq = sqlcore.SQL{D: dialect{}}
 

@@ -21,7 +21,8 @@
 //     unfinished claims (state.batch_id) older than it are taken back, and
 //     it wins over the pool's wait_timeout for this store's claims.
 //     Options.ClaimIndex (from ClaimIndex) is the index every claim reads
-//     the table by.
+//     the table by. Options.Bucket makes the store claim one bucket of the
+//     source (its claims always read a window then, see passedKeys).
 //   - Store.Settle: after taking a source over, wait until the previous
 //     owner's claims are over.
 //   - MigrateTable / NewTableMigrator: the relay-owned kafka_outbox table

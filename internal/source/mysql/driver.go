@@ -116,6 +116,14 @@ func (db *adaptedDB) Replicas(ctx context.Context) ([]source.Replica, error) {
 	return Replicas(ctx, db.db, db.relayDB)
 }
 
+func (db *adaptedDB) RecordSamples(ctx context.Context, xs []source.Sample) error {
+	return RecordSamples(ctx, db.db, db.relayDB, xs)
+}
+
+func (db *adaptedDB) Samples(ctx context.Context) ([]source.Sample, error) {
+	return Samples(ctx, db.db, db.relayDB)
+}
+
 func (db *adaptedDB) CheckRelaySchema(ctx context.Context) ([]string, error) {
 	return CheckRelayDatabase(ctx, db.db, db.relayDB)
 }
@@ -154,7 +162,7 @@ func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.
 		return nil, fmt.Errorf("table: %w", err)
 	}
 	opts := Options{Source: p.Source, Table: t.t, RelayDatabase: t.db.relayDB, Layout: p.Layout,
-		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout, ClaimIndex: index, PendingIndex: pending}
+		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout, ClaimIndex: index, PendingIndex: pending, Bucket: p.Bucket}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

@@ -27,6 +27,6 @@ func ClaimPlans(ctx context.Context, s *Store, limit int) ([]ClaimPlan, error) {
 	}
 	plans := []ClaimPlan{{s.sql.window, s.windowArgs(s.window(limit))}}
 	b := &batch{store: s, tx: tx}
-	q, a, err := b.claimIDsSQL(ids[:min(limit, len(ids))])
+	q, a, err := b.claimIDsSQL(windowIDs(ids[:min(limit, len(ids))]))
 	return append(plans, ClaimPlan{q, a}), err
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/mytest"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/sourcetest"
 )
 
@@ -86,6 +87,7 @@ func TestGoldenSQL(t *testing.T) {
 			}
 			st := &Store{db: db, opts: Options{Table: tbl, Layout: l}}
 			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "mysql", g.preset+".sql.golden"), goldenSQL(ctx, t, st, index, pending))
+			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "mysql", g.preset+".buckets.sql.golden"), goldenBucketSQL(l, tbl, index, pending))
 		})
 	}
 }
@@ -97,7 +99,7 @@ func goldenSQL(ctx context.Context, t *testing.T, st *Store, index, pending stri
 	var f sourcetest.SQLFile
 	add := f.Add
 	for _, ordering := range []bool{true, false} {
-		s := buildStatements(l, tbl.String(), relayDB, ordering, 60*time.Second, index, pending)
+		s := buildStatements(l, tbl.String(), relayDB, ordering, 60*time.Second, index, pending, source.Bucket{})
 		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
 		add("claim, "+o, s.claim)
 		add("claim's window, "+o, s.window)
@@ -138,7 +140,7 @@ func goldenSQL(ctx context.Context, t *testing.T, st *Store, index, pending stri
 		q, args := listFailedSQL(relayDB, df.Filter)
 		add(fmt.Sprintf("dead letters: list, %s (args %v)", df.Name, args), q)
 	}
-	s := buildStatements(l, tbl.String(), relayDB, true, 60*time.Second, index, pending)
+	s := buildStatements(l, tbl.String(), relayDB, true, 60*time.Second, index, pending, source.Bucket{})
 	sets := s.pendingValues
 	if reset, err := st.errorReset(ctx); err != nil {
 		t.Fatal(err)
@@ -160,5 +162,19 @@ func goldenSQL(ctx context.Context, t *testing.T, st *Store, index, pending stri
 	add("dead letters: purge, lock", pq.Lock)
 	add("dead letters: purge, delete", pq.Delete)
 	add("dead letters: purge, audit", pq.Audit)
+	return f.String()
+}
+
+// goldenBucketSQL renders the claims of bucket 1 of 4 of a source of layout
+// l on table tbl (a whole source's claims are in goldenSQL, unchanged by
+// buckets).
+func goldenBucketSQL(l *layout.Layout, tbl Table, index, pending string) string {
+	var f sourcetest.SQLFile
+	for _, ordering := range []bool{true, false} {
+		s := buildStatements(l, tbl.String(), "outbox_relay", ordering, 60*time.Second, index, pending, source.Bucket{Index: 1, Count: 4})
+		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
+		f.Add("claim's window, bucket 1/4, "+o, s.window)
+		f.Add("claim of the window's rows, bucket 1/4, "+o, s.claimIDs)
+	}
 	return f.String()
 }

@@ -80,6 +80,13 @@ func (e *env) store(t testing.TB, db *sql.DB, name, table, preset string, over l
 // (ClaimIndex, PendingIndex), ordering on.
 func (e *env) indexedStore(t testing.TB, name, table, preset string) *mysql.Store {
 	t.Helper()
+	return e.indexedBucketStore(t, name, table, preset, source.Bucket{}, true)
+}
+
+// indexedBucketStore is indexedStore claiming bucket b only, with ordering
+// on or off.
+func (e *env) indexedBucketStore(t testing.TB, name, table, preset string, b source.Bucket, ordering bool) *mysql.Store {
+	t.Helper()
 	ctx := context.Background()
 	merged, explicit, err := layout.Merge(preset, layout.Spec{}, "")
 	if err != nil {
@@ -102,8 +109,8 @@ func (e *env) indexedStore(t testing.TB, name, table, preset string) *mysql.Stor
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := mysql.Options{Source: name, Table: tbl, RelayDatabase: e.relayDB, Layout: l, Ordering: true,
-		ClaimIndex: claim, PendingIndex: pending}
+	opts := mysql.Options{Source: name, Table: tbl, RelayDatabase: e.relayDB, Layout: l, Ordering: ordering,
+		ClaimIndex: claim, PendingIndex: pending, Bucket: b}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}

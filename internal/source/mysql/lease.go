@@ -62,7 +62,13 @@ type LeaseStore struct {
 
 	mu   sync.Mutex
 	live *sql.Conn // holds ownerLiveLock(owner)
+
+	bellMu sync.Mutex
+	bell   *sql.Conn // waits between censuses (see Wait)
+	bellID int64     // its CONNECTION_ID(), 0 before the first Wait
 }
+
+var _ lease.Bell = (*LeaseStore)(nil)
 
 var _ lease.Store = (*LeaseStore)(nil)
 
@@ -79,6 +85,12 @@ func (s *Store) LeaseFence() *lease.Fence { return &s.Fence }
 
 // Close gives up the liveness lock: to other replicas, this owner is gone.
 func (l *LeaseStore) Close() error {
+	l.bellMu.Lock()
+	if l.bell != nil {
+		_ = l.bell.Close()
+		l.bell = nil
+	}
+	l.bellMu.Unlock()
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.live == nil {
@@ -183,6 +195,44 @@ func (l *LeaseStore) Renew(ctx context.Context, p *lease.RenewParams) (bool, err
 	return l.update(ctx, "expires_at = "+now+" + INTERVAL ? MICROSECOND", cond, []any{p.TTL.Microseconds()}, p.Shard, p.Owner, p.Term)
 }
 
+// RenewAll implements lease.Store (and keeps this owner alive): one UPDATE
+// for every lease of the owner, then a read of those it holds unexpired
+// (MySQL's UPDATE returns no rows).
+func (l *LeaseStore) RenewAll(ctx context.Context, p *lease.RenewAllParams) (map[string]bool, error) {
+	if err := l.stayAlive(ctx); err != nil {
+		return nil, err
+	}
+	if len(p.Shards) == 0 {
+		return map[string]bool{}, nil
+	}
+	pairs := "(?, ?)" + strings.Repeat(", (?, ?)", len(p.Shards)-1)
+	held := make([]any, 0, 2*len(p.Shards))
+	for i, s := range p.Shards {
+		held = append(held, s, p.Terms[i])
+	}
+	_, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".leases SET expires_at = "+now+" + INTERVAL ? MICROSECOND "+
+		"WHERE owner = ? AND expires_at >= "+now+" AND (shard, term) IN ("+pairs+")",
+		append([]any{p.TTL.Microseconds(), p.Owner}, held...)...)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := l.db.QueryContext(ctx, "SELECT shard FROM "+l.rdb+".leases WHERE owner = ? AND expires_at > "+now+
+		" AND (shard, term) IN ("+pairs+")", append([]any{p.Owner}, held...)...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := map[string]bool{}
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			return nil, err
+		}
+		out[s] = true
+	}
+	return out, rows.Err()
+}
+
 // Expire implements lease.Store. MySQL has no notifications: the
 // successor takes a handed-over lease at its next attempt.
 func (l *LeaseStore) Expire(ctx context.Context, p *lease.ExpireParams) error {
@@ -196,8 +246,14 @@ func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[str
 	if err := l.stayAlive(ctx); err != nil {
 		return nil, err
 	}
-	_, err := l.db.ExecContext(ctx, "INSERT INTO "+l.rdb+".replicas (owner, expires_at) VALUES (?, "+now+" + INTERVAL ? MICROSECOND) "+
-		"ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at)", p.Owner, p.TTL.Microseconds())
+	var bell sql.NullInt64
+	l.bellMu.Lock()
+	if l.bellID != 0 {
+		bell = sql.NullInt64{Int64: l.bellID, Valid: true}
+	}
+	l.bellMu.Unlock()
+	_, err := l.db.ExecContext(ctx, "INSERT INTO "+l.rdb+".replicas (owner, expires_at, bell) VALUES (?, "+now+" + INTERVAL ? MICROSECOND, ?) "+
+		"ON DUPLICATE KEY UPDATE expires_at = VALUES(expires_at), bell = COALESCE(VALUES(bell), bell)", p.Owner, p.TTL.Microseconds(), bell)
 	if err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
 	}
@@ -248,6 +304,76 @@ func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[str
 		}
 	}
 	return counts, held.Err()
+}
+
+// Wait implements lease.Bell: a SLEEP on a connection of its own, whose id
+// the census records as the replica's bell; Ring kills the query, which
+// ends the SLEEP early. A user may kill its own connections' queries.
+func (l *LeaseStore) Wait(ctx context.Context, owner string, d time.Duration) (bool, error) {
+	bell, err := l.bellConn(ctx, owner)
+	if err != nil {
+		return false, err
+	}
+	var interrupted int
+	err = bell.QueryRowContext(ctx, "SELECT SLEEP(?)", d.Seconds()).Scan(&interrupted)
+	var me *gomysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1317 {
+		// MariaDB ends a killed SLEEP with "query execution was
+		// interrupted", MySQL with 1: rung either way.
+		return true, nil
+	}
+	if err != nil {
+		l.bellMu.Lock()
+		if l.bell == bell {
+			_ = bell.Close()
+			l.bell = nil
+		}
+		l.bellMu.Unlock()
+		return false, fmt.Errorf("bell: %w", err)
+	}
+	return interrupted == 1, nil
+}
+
+// bellConn is the bell's connection, opened and recorded on first use.
+func (l *LeaseStore) bellConn(ctx context.Context, owner string) (*sql.Conn, error) {
+	l.bellMu.Lock()
+	defer l.bellMu.Unlock()
+	if l.bell != nil {
+		return l.bell, nil
+	}
+	c, err := l.db.Conn(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("bell: %w", err)
+	}
+	var id int64
+	if err := c.QueryRowContext(ctx, "SELECT CONNECTION_ID()").Scan(&id); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("bell: %w", err)
+	}
+	if _, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".replicas SET bell = ? WHERE owner = ?", id, owner); err != nil {
+		_ = c.Close()
+		return nil, fmt.Errorf("bell: %w", err)
+	}
+	l.bell, l.bellID = c, id
+	return c, nil
+}
+
+// Ring implements lease.Bell: it kills the query of owner's bell, while
+// owner's heartbeat is live (so that the connection id is still its).
+func (l *LeaseStore) Ring(ctx context.Context, owner string) error {
+	var id int64
+	err := l.db.QueryRowContext(ctx, "SELECT bell FROM "+l.rdb+".replicas WHERE owner = ? AND bell IS NOT NULL AND expires_at > "+now,
+		owner).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("ring %s: %w", owner, err)
+	}
+	if _, err := l.db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id)); err != nil {
+		return fmt.Errorf("ring %s: %w", owner, err)
+	}
+	return nil
 }
 
 // Leave implements lease.Store.

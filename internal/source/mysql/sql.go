@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
@@ -112,7 +113,7 @@ func idValueSQL(l *layout.Layout, expr string) string {
 
 const now = "UTC_TIMESTAMP(6)"
 
-func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, claimTimeout time.Duration, index, pendingIndex string) statements {
+func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, claimTimeout time.Duration, index, pendingIndex string, bucket source.Bucket) statements {
 	rs := QuoteIdent(relayDB)
 	var s statements
 	// The retry state is read in subqueries, never joined: a locking read
@@ -154,7 +155,7 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 		orderBy += ", " + sq.Col("o", l.ID.Name)
 	}
 	foreign := l.BatchID.Name != "" && ordering
-	if pendingIndex != "" || foreign {
+	if pendingIndex != "" || foreign || bucket.Split() {
 		// The claim reads a window first (a plain read, locking nothing),
 		// then locks rows of it by their ids (see Store.claimWindow): the
 		// rows a claim considers are the window's, read by an index that
@@ -169,7 +170,10 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 		if pendingIndex != "" {
 			winForce = " FORCE INDEX (" + QuoteIdent(pendingIndex) + ")"
 		}
-		s.window = windowSQL(l, table, rs, winForce, claimTimeout, ordering, foreign)
+		// A bucket's claims read their window through it too: the window
+		// keeps the bucket's rows, and the claim tells the rows it could
+		// not lock (see Store.claim).
+		s.window = windowSQL(l, table, rs, winForce, claimTimeout, ordering, foreign, sq.InBucket(l, "f", idTextSQL(l, "f"), ordering, bucket))
 		s.claimIDs = fmt.Sprintf(`SELECT %s
 FROM %s o FORCE INDEX (PRIMARY)
 WHERE %s IN (`+idsMarker+`)
@@ -235,10 +239,12 @@ func heldKeySQL(l *layout.Layout, alias, rs string) string {
 
 // windowSQL reads a claim's window (? source, [? source,] ? window): the
 // first pending rows in the claim's order that neither back off nor, with
-// ordering, belong to a held key, read by force (the pending index, else the
-// claim's), locking nothing, with each row's id as text, its order key and
-// whether another relay holds it claimed (always false unless foreign).
-func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Duration, ordering, foreign bool) string {
+// ordering, belong to a held key, and that are in the store's bucket
+// (inBucket, "" for the whole source), read by force (the pending index,
+// else the claim's), locking nothing, with each row's id as text, its order
+// key and whether another relay holds it claimed (always false unless
+// foreign).
+func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Duration, ordering, foreign bool, inBucket string) string {
 	fc := "FALSE"
 	if foreign {
 		claimed := sq.Col("f", l.ClaimedAt.Name)
@@ -248,6 +254,9 @@ func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Dura
 	held := ""
 	if ordering {
 		held = "\n  AND " + heldKeySQL(l, "f", rs)
+	}
+	if inBucket != "" {
+		held += "\n  AND " + inBucket
 	}
 	return fmt.Sprintf(`SELECT %s, %s, %s
 FROM %s f%s

@@ -46,6 +46,9 @@ type Options struct {
 	// PendingIndex, when set, is the index a claim's window reads the
 	// pending rows by (see PendingIndex); empty reads it by ClaimIndex.
 	PendingIndex string
+	// Bucket is the part of the source the store claims (see
+	// source.Bucket); the zero value is the whole source.
+	Bucket source.Bucket
 }
 
 // Validate checks every identifier the store will put in SQL; the error
@@ -53,6 +56,9 @@ type Options struct {
 // name MySQL accepts (a backtick, 65 characters) is still refused here.
 func (o Options) Validate() error {
 	if err := o.Table.Validate(); err != nil {
+		return err
+	}
+	if err := o.Bucket.Validate(); err != nil {
 		return err
 	}
 	if err := ValidateIdent("relay_database", o.relayDB()); err != nil {
@@ -167,7 +173,7 @@ func New(db *sql.DB, opts Options) *Store {
 	}
 	s.opts = opts
 	if s.invalid = opts.Validate(); s.invalid == nil {
-		s.sql = buildStatements(opts.Layout, opts.Table.String(), opts.RelayDatabase, opts.Ordering, opts.ClaimTimeout, opts.ClaimIndex, opts.PendingIndex)
+		s.sql = buildStatements(opts.Layout, opts.Table.String(), opts.RelayDatabase, opts.Ordering, opts.ClaimTimeout, opts.ClaimIndex, opts.PendingIndex, opts.Bucket)
 		s.id = kindOf(opts.Layout.ID)
 	}
 	return s
@@ -277,7 +283,7 @@ func (b *batch) claim(ctx context.Context, limit int) error {
 	if s.sql.window == "" {
 		return b.read(ctx, s.sql.claim, s.claimArgs(limit)...)
 	}
-	ids, err := s.claimable(ctx, b.tx, limit)
+	win, err := s.claimable(ctx, b.tx, limit)
 	if err != nil {
 		return fmt.Errorf("window: %w", err)
 	}
@@ -285,13 +291,21 @@ func (b *batch) claim(ctx context.Context, limit int) error {
 	// a time (a locking read locks every row it reads, and these are read
 	// by the primary key, then sorted): rows another claim holds are
 	// skipped, and the next ids are tried until the batch is full or the
-	// window is spent.
-	for len(ids) > 0 && len(b.rows) < limit {
-		n := min(limit-len(b.rows), len(ids))
-		if err := b.claimIDs(ctx, ids[:n]); err != nil {
+	// window is spent. A bucket's claim, with ordering, holds the key of
+	// each row it could not lock (see passedKeys).
+	var passed passedKeys
+	for len(win) > 0 && len(b.rows) < limit {
+		n := min(limit-len(b.rows), len(win))
+		chunk := win[:n]
+		from := len(b.rows)
+		if err := b.claimIDs(ctx, windowIDs(chunk)); err != nil {
 			return err
 		}
-		ids = ids[n:]
+		win = win[n:]
+		if s.opts.Bucket.Split() && s.opts.Ordering {
+			b.rows = append(b.rows[:from], passed.keep(chunk, b.rows[from:])...)
+			win = passed.drop(win)
+		}
 	}
 	return nil
 }
@@ -339,7 +353,7 @@ func (b *batch) read(ctx context.Context, q string, args ...any) error {
 	return rows.Err()
 }
 
-// claimable reads the claim's window and returns the ids a claim may take,
+// claimable reads the claim's window and returns the rows a claim may take,
 // in the claim's order: the window's rows but those this store's batches
 // in flight hold (their keys are the order book's to hold) and, with
 // ordering, those after a row of their key another relay claimed within
@@ -347,13 +361,13 @@ func (b *batch) read(ctx context.Context, q string, args ...any) error {
 // delivered or its claim expires before the rows after it may go; once it
 // expires it is claimed here, first). Every row before a claimable row is
 // in the window, so the window decides.
-func (s *Store) claimable(ctx context.Context, tx *sql.Tx, limit int) ([]string, error) {
+func (s *Store) claimable(ctx context.Context, tx *sql.Tx, limit int) ([]windowRow, error) {
 	win, err := s.windowRows(ctx, tx, s.window(limit))
 	if err != nil {
 		return nil, err
 	}
 	var (
-		ids     []string
+		ids     []windowRow
 		foreign map[string]bool // keys a row another relay claimed holds
 	)
 	s.flightMu.Lock()
@@ -370,7 +384,7 @@ func (s *Store) claimable(ctx context.Context, tx *sql.Tx, limit int) ([]string,
 		case r.key != "" && foreign[r.key]:
 		case s.inFlight[r.id]:
 		default:
-			ids = append(ids, r.id)
+			ids = append(ids, r)
 		}
 	}
 	return ids, nil

@@ -6,13 +6,19 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
 // claimSQL is a source's claim: $1 source, $2 limit, then $3 window when
-// windowed, then the lease ($3 or $4 shard, owner, term) in fenced.
+// windowed, then $4 the addresses of the rows the store's batches in
+// flight hold when ownRows, then the lease (shard, owner, term) in fenced.
 type claimSQL struct {
+	// settings are the claim transaction's (claimSettings, or
+	// bucketClaimSettings), its idle limit $1.
+	settings      string
 	plain, fenced string
 	windowed      bool
+	ownRows       bool
 }
 
 // claimStatements builds the claim of a layout.
@@ -34,7 +40,11 @@ type claimSQL struct {
 // claimable row is in the window, so the window alone decides. The window
 // must reach past the rows the holder's own batches in flight have locked;
 // the store sizes it (see Store.window).
-func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration) claimSQL {
+//
+// The claim of one bucket of a source takes only the candidates of its
+// bucket (sqlcore's InBucket); with ordering it reads a window too, and
+// holds the keys of the rows another claimer locked (see bucketClaim).
+func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration, bucket source.Bucket) claimSQL {
 	rs := QuoteIdent(relaySchema)
 	id := sq.Col("o", l.ID.Name)
 	order := []string{sq.Col("o", l.OrderBy)}
@@ -56,6 +66,9 @@ func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		candidate = append(candidate, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = $1 AND b.order_key = "+
 			sq.OrderKey(l, "o")+" AND b.order_key <> '' AND b.next_attempt_at > now())")
 	}
+	if in := sq.InBucket(l, "o", id+"::text", ordering, bucket); in != "" {
+		candidate = append(candidate, in)
+	}
 	var foreign string
 	if l.BatchID.Name != "" {
 		// A row another relay marked claimed within the claim timeout is
@@ -74,16 +87,7 @@ func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		xid = sq.Col("o", l.XID) + " < " + xidBarrier
 	}
 	selectList := strings.Join(rowSelect(l, "o", attemptsSQL(l), "o.ctid", tieSQL, "r.event_id IS NOT NULL"), ",\n  ")
-	lease := func(n int) string {
-		// Under a lease the claim locks nothing unless the lease is still
-		// this holder's, as of the statement's snapshot: a deposed
-		// holder's claim must not hold rows even for a moment, or the new
-		// holder's claim would skip them and take later rows of their
-		// keys first. A takeover that commits after the snapshot finds the
-		// statement holding its lock on the table and ends it
-		// (Leases.EndOwner) before claiming.
-		return fmt.Sprintf("EXISTS (SELECT 1 FROM %s.leases l WHERE l.shard = $%d AND l.owner = $%d AND l.term = $%d)", rs, n, n+1, n+2)
-	}
+	lease := func(n int) string { return leaseHeldSQL(rs, n) }
 	final := func(with, from string, where []string) string {
 		return fmt.Sprintf(`%s
 SELECT %s
@@ -95,6 +99,10 @@ LIMIT $2
 FOR UPDATE OF o SKIP LOCKED`, with, selectList, from, retryJoin, strings.Join(where, "\n  AND "), orderBy)
 	}
 
+	if bucket.Split() && ordering {
+		return bucketClaim(claimParts{l: l, table: table, rs: rs, order: order, retryJoin: retryJoin, candidate: candidate,
+			foreign: foreign, xid: xid, selectList: rowSelect(l, "o", attemptsSQL(l), "o.ctid", tieSQL, "r.event_id IS NOT NULL")})
+	}
 	if foreign == "" || !ordering {
 		where := append([]string(nil), candidate...)
 		if foreign != "" {
@@ -106,7 +114,11 @@ FOR UPDATE OF o SKIP LOCKED`, with, selectList, from, retryJoin, strings.Join(wh
 		from := table + " o"
 		plain := strings.TrimPrefix(final("", from, where), "\n")
 		fenced := strings.TrimPrefix(final("", from, append(where[:len(where):len(where)], lease(3))), "\n")
-		return claimSQL{plain: plain, fenced: fenced}
+		c := claimSQL{settings: claimSettings, plain: plain, fenced: fenced}
+		if bucket.Split() {
+			c.settings = bucketClaimSettings
+		}
+		return c
 	}
 
 	// The window: the candidates with their order key, their place in the
@@ -137,6 +149,7 @@ JOIN ` + table + ` o ON o.ctid = w.tid`
 		where = append(where, xid)
 	}
 	return claimSQL{
+		settings: claimSettings,
 		plain:    final(window, from, where),
 		fenced:   final(window, from, append(where[:len(where):len(where)], lease(4))),
 		windowed: true,
@@ -156,6 +169,19 @@ JOIN ` + table + ` o ON o.ctid = w.tid`
 // JIT is off too. The transaction's idle
 // limit ($1, in milliseconds) ends a claim its relay stopped tending.
 // One statement, so that it travels in the claim's round trip.
-const claimSettings = "SELECT set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), " +
+const claimSettings = "SELECT " + claimSettingsList
+
+const claimSettingsList = "set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true), " +
 	"set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true), set_config('jit', 'off', true), " +
 	"set_config('idle_in_transaction_session_timeout', $1, true)"
+
+// leaseHeldSQL is the condition that the lease ($n shard, $n+1 owner, $n+2
+// term) is still its holder's. Under a lease the claim locks nothing unless
+// the lease is still this holder's, as of the statement's snapshot: a
+// deposed holder's claim must not hold rows even for a moment, or the new
+// holder's claim would skip them and take later rows of their keys first. A
+// takeover that commits after the snapshot finds the statement holding its
+// lock on the table and ends it (Leases.EndOwner) before claiming.
+func leaseHeldSQL(rs string, n int) string {
+	return fmt.Sprintf("EXISTS (SELECT 1 FROM %s.leases l WHERE l.shard = $%d AND l.owner = $%d AND l.term = $%d)", rs, n, n+1, n+2)
+}

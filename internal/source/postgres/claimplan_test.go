@@ -7,26 +7,31 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
 
-// backlogTables are presets' tables with a backlog never analyzed
+// backlogTable is a preset's table with a backlog never analyzed
 // (autovacuum off): the table after an outage, as the planner wrongly
 // believes it small. (Rows that share their order column, as the rows of
 // one transaction share now(), are ordered among themselves by a sort of
 // all of them: a claim's cost then also grows with the largest such group.)
-var backlogTables = []struct {
+type backlogTable struct {
 	preset string
 	table  postgres.Table
 	ddl    string
 	// insert makes $1 pending rows spread over 1,000 keys and, where the
 	// layout keeps delivered rows, as many delivered ones before them.
 	insert string
-}{
+}
+
+// backlogTables are the presets' backlog tables.
+var backlogTables = []backlogTable{
 	{"kafka-outbox", postgres.Table{Schema: "public", Name: "kafka_outbox"}, "",
 		`INSERT INTO public.kafka_outbox (topic, key, payload_json, push_completed_at)
 SELECT 't', 'k' || (g % 1000), '{}', CASE WHEN g <= $1 THEN now() END FROM generate_series(1, 2 * $1) g`},
@@ -54,11 +59,14 @@ SELECT 'A', md5((g % 1000)::text)::uuid, 'e', 't', '{}', now() - interval '1 hou
 // delivered rows the table keeps: a sort of
 // every pending row, or a rule applied once per row of the table (a row
 // another relay claimed holds its key), made each claim read the whole
-// backlog, or read it once per candidate.
+// backlog, or read it once per candidate. The claim of one bucket of a
+// source split in 4 (sources[].shards) reads at most 4 times as many rows:
+// it passes over the other buckets' rows.
 func TestClaimReadsABoundedWindow(t *testing.T) {
 	t.Parallel()
-	for _, bt := range backlogTables {
-		t.Run(bt.preset, func(t *testing.T) {
+	for _, tc := range backlogCases() {
+		bt := tc.backlogTable
+		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			dsn, pool := migrated(t)
@@ -72,8 +80,12 @@ func TestClaimReadsABoundedWindow(t *testing.T) {
 			if _, err := pool.Exec(ctx, bt.insert, backlog); err != nil {
 				t.Fatal(err)
 			}
-			st, _ := newStore(t, pool, "plan", bt.table, bt.preset, layout.Spec{}, true)
-			settings, claim, windowed := st.ClaimSQL()
+			st, l := newStore(t, pool, "plan", bt.table, bt.preset, layout.Spec{}, true)
+			if tc.bucket.Split() {
+				st = postgres.New(pool, postgres.Options{Source: "plan", Table: bt.table, RelaySchema: relaySchema, Layout: l,
+					Ordering: tc.ordering, Bucket: tc.bucket})
+			}
+			settings, claim, windowed, ownRows := st.ClaimSQL()
 			tx, err := pool.Begin(ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -90,6 +102,9 @@ func TestClaimReadsABoundedWindow(t *testing.T) {
 			if windowed {
 				args = append(args, window)
 			}
+			if ownRows {
+				args = append(args, []pgtype.TID{})
+			}
 			if err := tx.QueryRow(stmtCtx, "EXPLAIN (ANALYZE, FORMAT JSON) "+claim, args...).Scan(&plan); err != nil {
 				t.Fatalf("explain the claim (a plan that reads the backlog per row does not finish): %v", err)
 			}
@@ -97,12 +112,36 @@ func TestClaimReadsABoundedWindow(t *testing.T) {
 			if claimed != limit {
 				t.Errorf("the claim took %d rows, want %d", claimed, limit)
 			}
-			if read > 3*window {
+			// A bucket's window passes over the other buckets' rows.
+			if most := (2 + max(tc.bucket.Count, 1)) * window; read > most {
 				t.Errorf("the claim read %d rows of a %d-row backlog; a claim of %d should read at most %d:\n%s",
-					read, backlog, limit, 3*window, plan)
+					read, backlog, limit, most, plan)
 			}
+			t.Logf("the claim read %d rows", read)
 		})
 	}
+}
+
+// backlogCase is a backlog table and the bucket a claim takes of it (a
+// whole source is claimed with ordering on).
+type backlogCase struct {
+	name string
+	backlogTable
+	bucket   source.Bucket
+	ordering bool
+}
+
+// backlogCases are every backlog table claimed whole, and claimed by the
+// store of bucket 1 of 4 with ordering on and off (two forms of the claim).
+func backlogCases() []backlogCase {
+	var out []backlogCase
+	b := source.Bucket{Index: 1, Count: 4}
+	for _, bt := range backlogTables {
+		out = append(out, backlogCase{bt.preset, bt, source.Bucket{}, true},
+			backlogCase{bt.preset + "/bucket-1-of-4", bt, b, true},
+			backlogCase{bt.preset + "/bucket-1-of-4/ordering-off", bt, b, false})
+	}
+	return out
 }
 
 // rowsRead sums, over the plan's nodes that read the table, the rows each

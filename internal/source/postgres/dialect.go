@@ -41,5 +41,11 @@ func (dialect) Timestamp(utc string) string { return "'" + utc + "+00'" }
 // ResetError sets the column's default: NULL, or ” for a NOT NULL column.
 func (dialect) ResetError(quotedCol string) string { return quotedCol + " = DEFAULT" }
 
+// Hash32 reads md5's first eight hex digits as 32 bits, then as a
+// bigint (unsigned: a bit string is not signed).
+func (dialect) Hash32(text string) string {
+	return "('x' || substr(md5(" + text + "), 1, 8))::bit(32)::bigint"
+}
+
 // sq writes the layout's SQL in PostgreSQL's dialect.
 var sq = sqlcore.SQL{D: dialect{}}

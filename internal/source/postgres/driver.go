@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -151,6 +152,14 @@ func (db *adaptedDB) Replicas(ctx context.Context) ([]source.Replica, error) {
 	return Replicas(ctx, db.pool, db.schema)
 }
 
+func (db *adaptedDB) RecordSamples(ctx context.Context, xs []source.Sample) error {
+	return RecordSamples(ctx, db.pool, db.schema, xs)
+}
+
+func (db *adaptedDB) Samples(ctx context.Context) ([]source.Sample, error) {
+	return Samples(ctx, db.pool, db.schema)
+}
+
 func (db *adaptedDB) CheckRelaySchema(ctx context.Context) ([]string, error) {
 	return CheckRelaySchema(ctx, db.pool, db.schema)
 }
@@ -189,11 +198,17 @@ func (t *adaptedTable) Columns() []layout.Column { return t.cols }
 func (t *adaptedTable) StatementOrder() bool { return true }
 
 func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.Store, error) {
+	if err := p.Bucket.Validate(); err != nil {
+		return nil, fmt.Errorf("shards: %w", err)
+	}
 	if p.Layout.Queue != nil {
+		if p.Bucket.Split() {
+			return nil, errors.New("shards: a queue (state mode queue) is not split")
+		}
 		return t.db.queue.Open(ctx, t.db.pool, t.t, t.db.schema, p)
 	}
 	return New(t.db.pool, Options{Source: p.Source, Table: t.t, RelaySchema: t.db.schema, Layout: p.Layout,
-		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout}), nil
+		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout, Bucket: p.Bucket}), nil
 }
 
 func (t *adaptedTable) Purge(ctx context.Context, p driver.PurgeParams) (source.PurgeResult, error) {

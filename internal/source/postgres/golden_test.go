@@ -10,6 +10,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/sourcetest"
 )
 
@@ -55,6 +56,7 @@ func TestGoldenSQL(t *testing.T) {
 				t.Fatal(err)
 			}
 			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "postgres", g.preset+".sql.golden"), goldenSQL(t, l, g.table))
+			sourcetest.Golden(t, filepath.Join(sourcetest.GoldenDir, "postgres", g.preset+".buckets.sql.golden"), goldenBucketSQL(l, g.table))
 		})
 	}
 }
@@ -66,7 +68,7 @@ func goldenSQL(t *testing.T, l *layout.Layout, tbl Table) string {
 	add := f.Add
 	add("claim transaction: settings", claimSettings)
 	for _, ordering := range []bool{true, false} {
-		s := buildStatements(l, tbl.String(), relaySchema, ordering, 60*time.Second)
+		s := buildStatements(l, tbl.String(), relaySchema, ordering, 60*time.Second, source.Bucket{})
 		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
 		add("claim, "+o, s.claim.plain)
 		add("claim under a lease, "+o, s.claim.fenced)
@@ -102,7 +104,7 @@ func goldenSQL(t *testing.T, l *layout.Layout, tbl Table) string {
 		q, args := listFailedSQL(relaySchema, df.Filter)
 		add(fmt.Sprintf("dead letters: list, %s (args %v)", df.Name, args), q)
 	}
-	s := buildStatements(l, tbl.String(), relaySchema, true, 60*time.Second)
+	s := buildStatements(l, tbl.String(), relaySchema, true, 60*time.Second, source.Bucket{})
 	rq := buildReplaySQL(l, tbl, relaySchema, "src", s.pendingValues)
 	restore, _ := rq.Restore(context.Background())
 	add("dead letters: replay, reset the row", rq.Reset)
@@ -115,5 +117,20 @@ func goldenSQL(t *testing.T, l *layout.Layout, tbl Table) string {
 	add("dead letters: purge, lock", pd.Lock)
 	add("dead letters: purge, delete", pd.Delete)
 	add("dead letters: purge, audit", pd.Audit)
+	return f.String()
+}
+
+// goldenBucketSQL renders the claims of bucket 1 of 4 of a source of layout
+// l on table t (a whole source's claims are in goldenSQL, unchanged by
+// buckets).
+func goldenBucketSQL(l *layout.Layout, tbl Table) string {
+	var f sourcetest.SQLFile
+	f.Add("claim transaction of a bucket: settings", bucketClaimSettings)
+	for _, ordering := range []bool{true, false} {
+		s := buildStatements(l, tbl.String(), "outbox_relay", ordering, 60*time.Second, source.Bucket{Index: 1, Count: 4})
+		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
+		f.Add("claim of bucket 1/4, "+o, s.claim.plain)
+		f.Add("claim of bucket 1/4 under a lease, "+o, s.claim.fenced)
+	}
 	return f.String()
 }

@@ -87,6 +87,27 @@ WHERE shard = $1 AND owner = $2 AND term = $3`
 	return err == nil && tag.RowsAffected() == 1, err
 }
 
+// RenewAll implements lease.Store: one statement for every lease of the
+// owner.
+func (l *LeaseStore) RenewAll(ctx context.Context, p *lease.RenewAllParams) (map[string]bool, error) {
+	rows, err := l.pool.Query(ctx, `UPDATE `+l.schema+`.leases s SET expires_at = now() + $2 * interval '1 millisecond'
+FROM unnest($3::text[], $4::bigint[]) AS h(shard, term)
+WHERE s.shard = h.shard AND s.term = h.term AND s.owner = $1 AND s.expires_at >= now()
+RETURNING s.shard`, p.Owner, p.TTL.Milliseconds(), p.Shards, p.Terms)
+	if err != nil {
+		return nil, err
+	}
+	shards, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(shards))
+	for _, s := range shards {
+		out[s] = true
+	}
+	return out, nil
+}
+
 // Expire implements lease.Store: a lease handed to a successor is
 // announced on the relay schema's channel (payload LeasePayload), so that
 // the successor takes it at once.

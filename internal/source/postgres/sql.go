@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
+	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
@@ -88,13 +89,13 @@ func RowSelect(l *layout.Layout, alias, attempts string) []string {
 	return rowSelect(l, alias, attempts, "NULL::tid", "0::bigint", "false")
 }
 
-func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration) statements {
+func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration, bucket source.Bucket) statements {
 	rs := QuoteIdent(relaySchema)
 	id := sq.Col("o", l.ID.Name)
 	idArr := "$1::text[]::" + l.ID.Type + "[]"
 	var s statements
 
-	s.claim = claimStatements(l, table, relaySchema, ordering, claimTimeout)
+	s.claim = claimStatements(l, table, relaySchema, ordering, claimTimeout, bucket)
 
 	// Published rows are found by their ctid: a TID scan, whatever the
 	// planner thinks of the table's size (a generic plan made while the

@@ -48,6 +48,9 @@ type Options struct {
 	// is how old another relay's unfinished claim must be before its rows
 	// are taken back. Zero means DefaultClaimTimeout.
 	ClaimTimeout time.Duration
+	// Bucket is the part of the source the store claims (see
+	// source.Bucket); the zero value is the whole source.
+	Bucket source.Bucket
 }
 
 // Store is the PostgreSQL store of one source.
@@ -59,6 +62,10 @@ type Store struct {
 	// held counts the batches claimed and not yet completed or released:
 	// their rows are locked, and the next claim's window reaches past them.
 	held atomic.Int64
+	// own are the addresses of those batches' rows, for a claim that must
+	// tell them from rows another claimer locked (a bucket's, see
+	// bucketClaim); nil for other claims.
+	own *ownRows
 	// Fence binds claims to the lease they are made under; a batch
 	// completes only while that lease is still held (see source.Fence).
 	Fence source.Fence
@@ -71,11 +78,15 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 		opts.ClaimTimeout = DefaultClaimTimeout
 	}
 	opts.ClaimTimeout = max(opts.ClaimTimeout, time.Second)
-	return &Store{
+	s := &Store{
 		pool: pool, opts: opts,
-		sql:  buildStatements(opts.Layout, opts.Table.String(), opts.RelaySchema, opts.Ordering, opts.ClaimTimeout),
+		sql:  buildStatements(opts.Layout, opts.Table.String(), opts.RelaySchema, opts.Ordering, opts.ClaimTimeout, opts.Bucket),
 		idle: fmt.Sprint(opts.ClaimTimeout.Milliseconds()),
 	}
+	if s.sql.claim.ownRows {
+		s.own = &ownRows{}
+	}
+	return s
 }
 
 // Columns describes the table's columns, for layout.Resolve.
@@ -118,6 +129,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	if s.sql.claim.windowed {
 		args = append(args, s.window(limit))
 	}
+	if s.own != nil {
+		args = append(args, s.own.list())
+	}
 	if lease != nil {
 		stmt, args = s.sql.claim.fenced, append(args, lease.Shard, lease.Owner, lease.Term)
 	}
@@ -129,7 +143,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	// the new holder claims anything.
 	q := &pgx.Batch{}
 	q.Queue("BEGIN")
-	q.Queue(claimSettings, s.idle)
+	q.Queue(s.sql.claim.settings, s.idle)
 	q.Queue(stmt, args...)
 	if lease != nil {
 		b.queueLeaseCheck(q)
@@ -183,6 +197,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		return nil, nil
 	}
 	s.held.Add(1)
+	if s.own != nil {
+		s.own.add(b.ctids)
+	}
 	return b, nil
 }
 
@@ -314,11 +331,22 @@ func (b *batch) end() bool {
 	return true
 }
 
+// forget takes the batch's rows off the store's own rows, once its
+// transaction has ended: until then they are locked, and a claim of a
+// bucket must not take them for another claimer's.
+func (b *batch) forget() {
+	if b.store.own != nil {
+		b.store.own.remove(b.ctids)
+	}
+}
+
 func (b *batch) Release(ctx context.Context) error {
 	if !b.end() {
 		return nil
 	}
-	if err := b.tx.end(ctx); err != nil {
+	err := b.tx.end(ctx)
+	b.forget()
+	if err != nil {
 		return fmt.Errorf("release claim: %w", err)
 	}
 	return nil
@@ -331,6 +359,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	if !b.end() {
 		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, errBatchEnded)
 	}
+	defer b.forget() // after the transaction has ended (deferred calls run last first)
 	defer b.tx.end(context.WithoutCancel(ctx))
 	w := &completion{b: b}
 	c := source.PlanCompletion(b.rows, o, func(i int) bool { return b.retrying[i] })

@@ -56,6 +56,7 @@ func (h *queueHarness) Capabilities(string) sourcetest.Capabilities {
 		AttemptsCountClaims: true,
 		KeyRequired:         true,
 		ClaimsInDueOrder:    true,
+		WholeSourceOnly:     true,
 	}
 }
 

@@ -19,6 +19,11 @@
 //     and, per layout, marked failed; rows in no list stay pending;
 //   - with ordering on, a key with a row in backoff has none of its later
 //     rows claimed while other keys flow; with ordering off they flow;
+//   - the stores of the buckets of a source (sources[].shards) claim
+//     disjoint sets of rows whose union is every row, each row in the
+//     bucket Go's source.BucketOf computes; a store of a bucket of one
+//     shard count claiming beside a store of another that holds a batch
+//     never claims a row of a key whose earlier row the other holds;
 //   - RecordStats adds to the source's counters and returns the backlog
 //     and dead-letter gauges;
 //   - a claim whose connection dies is taken back, and so is a claim left
@@ -116,6 +121,9 @@ type Options struct {
 	// idle longer must be ended by the database, and another relay's
 	// unfinished claim older than this is taken back.
 	ClaimTimeout time.Duration
+	// Bucket is the part of the source the store claims (sources[].shards);
+	// the zero value is the whole source.
+	Bucket source.Bucket
 }
 
 // Store is a source.Store opened on a test table.

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,6 +78,9 @@ func Run(t *testing.T, h Harness) {
 				{"ForeignClaims", s.testForeignClaims},
 				{"HeldHeadHoldsOnlyItsKey", s.testHeldHead},
 				{"ForeignClaimBeyondTheWindow", s.testForeignClaimBeyondWindow},
+				{"BucketsPartitionTheSource", s.testBucketsPartition},
+				{"BucketCountChangeKeepsKeyOrder", s.testBucketCountChange},
+				{"BucketOwnBatchesHoldNoKey", s.testBucketOwnBatches},
 				{"PrivilegesAsCheckReports", s.testPrivileges},
 				{"DeadLetterListFilters", s.testDeadLetterList},
 				{"ReplayPutsRowBackPending", s.testReplay},
@@ -91,6 +95,9 @@ func Run(t *testing.T, h Harness) {
 			} {
 				if (tc.name == "ForeignClaims" || tc.name == "ForeignClaimBeyondTheWindow") && !s.exp.claims {
 					continue // the preset records no claims (state.batch_id)
+				}
+				if strings.HasPrefix(tc.name, "Bucket") && s.caps.WholeSourceOnly {
+					continue // the store claims whole sources only
 				}
 				t.Run(tc.name, tc.fn)
 			}
