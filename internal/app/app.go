@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -39,10 +40,26 @@ type App struct {
 	reg     *prometheus.Registry
 	metrics *metrics.Metrics
 	owner   string
+
+	// dbMu guards what follows, up to balancers: the databases of
+	// multi-database entries come and go while Run runs (databases.go).
+	dbMu sync.RWMutex
 	// dbs are the open databases, by name, whatever their driver.
 	dbs map[string]driver.DB
 	// leases are each database's lease table for this process.
 	leases map[string]*lease.Leases
+	// health is whether each database is in service, by name.
+	health map[string]*dbHealth
+	// members are the databases of multi-database entries this process
+	// knows, by name (<entry>/<database>), and entryErrs why an entry's
+	// discovery last failed.
+	members   map[string]*member
+	entryErrs map[string]error
+	// migrating is set by Migrate: a member taken up later is migrated too.
+	migrating bool
+	// slots bound how many members are taken up at once.
+	slots chan struct{}
+
 	// balancers share each database's sources among the replicas (Run
 	// sets it).
 	balancers *balancers
@@ -107,17 +124,24 @@ func Open(ctx context.Context, cfg *config.Config, log *slog.Logger, opts ...Opt
 		cfg: cfg, log: log, reg: reg, metrics: metrics.New(reg),
 		owner: fmt.Sprintf("%s/%d/%04x", host, os.Getpid(), rand.N(1<<16)),
 		dbs:   map[string]driver.DB{}, sinks: map[string]sink.Publisher{}, running: map[string]*runningSource{},
-		leases: map[string]*lease.Leases{}, schedulers: map[string]*relay.Scheduler{},
+		leases: map[string]*lease.Leases{}, health: map[string]*dbHealth{}, members: map[string]*member{},
+		entryErrs: map[string]error{}, slots: make(chan struct{}, memberSlots), schedulers: map[string]*relay.Scheduler{},
 	}
 	for _, o := range opts {
 		o(a)
 	}
 	reg.MustRegister(metrics.NewStateCollector(a.sourceStates))
-	for name, db := range cfg.Databases {
-		if err := a.openDB(ctx, name, db); err != nil {
-			a.Close()
-			return nil, err
+	for _, name := range slices.Sorted(maps.Keys(cfg.Databases)) {
+		if db := cfg.Databases[name]; !db.Multi() {
+			if err := a.openDB(ctx, name, db); err != nil {
+				a.Close()
+				return nil, err
+			}
 		}
+	}
+	if err := a.openMembers(ctx); err != nil {
+		a.Close()
+		return nil, err
 	}
 	return a, nil
 }
@@ -129,27 +153,41 @@ func (a *App) Registry() *prometheus.Registry { return a.reg }
 // source.
 func (a *App) Published() int { return int(a.metrics.PublishedTotal()) }
 
-// Migrate applies the relay's migrations in every database, then those of
-// the outbox tables the relay manages (manage_table).
+// Migrate applies the relay's migrations in every database of the
+// configuration, then those of the outbox tables the relay manages
+// (manage_table). The databases of multi-database entries are migrated
+// each as Run takes it up, so that one out of service holds up only its
+// own sources.
 func (a *App) Migrate(ctx context.Context) error {
-	for name := range a.cfg.Databases {
-		m, err := NewMigrator(a.cfg, name)
-		if err != nil {
-			return err
-		}
-		applied, err := Up(ctx, m)
-		_ = m.Close()
-		if err != nil {
-			return fmt.Errorf("databases.%s: %w", name, err)
-		}
-		for _, s := range applied {
-			a.log.Info("migration applied", "database", name, "version", s.Version, "name", s.Name)
-		}
-		if err := MigrateTables(ctx, a.cfg, name); err != nil {
-			return err
+	for _, name := range slices.Sorted(maps.Keys(a.cfg.Databases)) {
+		if db := a.cfg.Databases[name]; !db.Multi() {
+			if err := a.migrateDB(ctx, name, db); err != nil {
+				return err
+			}
 		}
 	}
+	a.dbMu.Lock()
+	a.migrating = true
+	a.dbMu.Unlock()
 	return nil
+}
+
+// migrateDB applies the relay's migrations in database name, then those
+// of the outbox tables it manages.
+func (a *App) migrateDB(ctx context.Context, name string, db config.Database) error {
+	m, err := NewMigratorFor(a.cfg, name, db)
+	if err != nil {
+		return err
+	}
+	applied, err := Up(ctx, m)
+	_ = m.Close()
+	if err != nil {
+		return fmt.Errorf("%s: %w", dbPath(name), err)
+	}
+	for _, s := range applied {
+		a.log.Info("migration applied", "database", name, "version", s.Version, "name", s.Name)
+	}
+	return MigrateTablesOn(ctx, a.cfg, name, db)
 }
 
 // Migrator applies the relay's own migrations to one database.
@@ -206,38 +244,52 @@ func changed(before, after []source.MigrationStatus) []source.MigrationStatus {
 	return out
 }
 
-// NewMigrator returns the migrator of database name, for its driver.
+// NewMigrator returns the migrator of database name of the configuration,
+// for its driver.
 func NewMigrator(cfg *config.Config, name string) (Migrator, error) {
-	db := cfg.Databases[name]
+	return NewMigratorFor(cfg, name, cfg.Databases[name])
+}
+
+// NewMigratorFor returns the migrator of database name, configured as db:
+// a database of the configuration or a member of a multi-database entry.
+func NewMigratorFor(cfg *config.Config, name string, db config.Database) (Migrator, error) {
 	d, err := driverOf(name, db)
 	if err != nil {
 		return nil, err
 	}
 	m, err := d.NewMigrator(db.DSN, cfg.RelaySchema)
 	if err != nil {
-		return nil, fmt.Errorf("databases.%s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", dbPath(name), err)
 	}
 	return m, nil
 }
 
-// MigrateTables creates or upgrades, in database db, the outbox tables of
-// the sources whose manage_table is on.
+// MigrateTables creates or upgrades, in database db of the configuration,
+// the outbox tables of the sources whose manage_table is on.
 func MigrateTables(ctx context.Context, cfg *config.Config, db string) error {
-	for i, s := range cfg.Sources {
-		if s.Database != db || s.ManageTable == nil || !*s.ManageTable || s.Table == "" {
+	return MigrateTablesOn(ctx, cfg, db, cfg.Databases[db])
+}
+
+// MigrateTablesOn is MigrateTables for database name configured as db: a
+// member of a multi-database entry migrates the tables of its entry's
+// sources.
+func MigrateTablesOn(ctx context.Context, cfg *config.Config, name string, db config.Database) error {
+	for _, p := range cfg.SourcesOn(name) {
+		s, i := p.Source, p.Index
+		if s.ManageTable == nil || !*s.ManageTable || s.Table == "" {
 			continue
 		}
 		schema, table, err := layout.ParseTableName(s.Table)
 		if err != nil {
 			return fmt.Errorf("sources[%d].table: %w", i, err)
 		}
-		d, err := driverOf(db, cfg.Databases[db])
+		d, err := driverOf(name, db)
 		if err != nil {
 			return err
 		}
 		t := driver.TableName{Schema: schema, Name: table}
-		if err := d.MigrateTable(ctx, cfg.Databases[db].DSN, t, s.Preset == config.QueuePreset); err != nil {
-			return fmt.Errorf("sources[%d]: %w", i, err)
+		if err := d.MigrateTable(ctx, db.DSN, t, s.Preset == config.QueuePreset); err != nil {
+			return fmt.Errorf("sources[%d] (%s): %w", i, s.Name, err)
 		}
 	}
 	return nil
@@ -289,16 +341,28 @@ func (a *App) Close() {
 	}
 	wg.Wait()
 	a.sinks = map[string]sink.Publisher{}
+	a.dbMu.Lock()
 	for _, db := range a.dbs {
 		_ = db.Close()
 	}
+	a.dbMu.Unlock()
 }
 
-// ready lists readiness checks: each database, each sink, each source.
+// ready lists readiness checks: each database, each sink, each source. A
+// database of the configuration is pinged; one of a multi-database entry
+// (there may be hundreds) says what its probe last found.
 func (a *App) ready(ctx context.Context) map[string]error {
 	out := map[string]error{}
-	for name, db := range a.dbs {
-		out["database:"+name] = db.Ping(ctx)
+	a.dbMu.RLock()
+	dbs, health := maps.Clone(a.dbs), maps.Clone(a.health)
+	a.dbMu.RUnlock()
+	for name, h := range health {
+		if _, _, member := config.SplitMemberName(name); member || dbs[name] == nil {
+			_, err := h.get()
+			out["database:"+name] = err
+		} else {
+			out["database:"+name] = dbs[name].Ping(ctx)
+		}
 	}
 	a.mu.Lock()
 	for name, s := range a.sinks {

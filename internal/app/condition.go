@@ -39,6 +39,7 @@ const (
 	CauseLeaseElsewhere = "lease_elsewhere"   // another replica holds the lease
 	CauseLeaseUnheld    = "lease_unheld"      // nobody holds the lease (or it cannot be had)
 	CauseNotRecorded    = "not_recorded"      // no relay has recorded the source
+	CauseDatabaseDown   = "database_down"     // its database does not answer, or (a member) could not be taken up
 )
 
 // leasePhase is where this process stands with a source's lease.
@@ -83,12 +84,23 @@ type sourceCondition struct {
 	Reason string
 }
 
-// condition judges the source at now from this process's own knowledge of
-// its shards: the first stuck, else starting, names its bucket and says
-// why; else the source relays when one of its shards relays here, and
+// condition judges the source at now from this process's own knowledge:
+// stuck (database_down) while its database is out of service, starting
+// while it stands in for a source of a database not yet taken up; else
+// from its shards: the first stuck, else starting, names its bucket and
+// says why; else the source relays when one of its shards relays here, and
 // stands by when every one is held elsewhere. An unsplit source is its one
 // shard.
 func (r *runningSource) condition(now time.Time, sinkStates map[string]string) sourceCondition {
+	if since, err := r.health.get(); err != nil {
+		return databaseDown(r.cs.Database, err, now.Sub(since))
+	}
+	if r.placeholder {
+		return sourceCondition{StateStarting, "", "its database is being taken up"}
+	}
+	if len(r.shards) == 0 {
+		return sourceCondition{StateStarting, "", "not started yet"}
+	}
 	if len(r.shards) == 1 {
 		return r.shards[0].condition(now, sinkStates)
 	}
@@ -158,6 +170,13 @@ func (r *runningShard) condition(now time.Time, sinkStates map[string]string) so
 		}
 	}
 	return sourceCondition{State: StateRelaying}
+}
+
+// databaseDown is the condition of a source whose database db has been
+// out of service for d, err saying why.
+func databaseDown(db string, err error, d time.Duration) sourceCondition {
+	return sourceCondition{StateStuck, CauseDatabaseDown,
+		fmt.Sprintf("database %s out of service for %s: %v", db, d.Round(time.Second), err)}
 }
 
 // sinkNames are the sinks the source publishes to.

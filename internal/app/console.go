@@ -59,11 +59,11 @@ type deadLetter struct {
 
 func (c consoleAPI) DeadLetters(ctx context.Context, f admin.DeadFilter) (any, error) {
 	out := []deadLetter{}
-	for _, db := range slices.Sorted(mapsKeys(c.a.cfg.Databases)) {
+	for _, db := range c.a.servingNames() {
 		evs, err := c.a.ListFailed(ctx, db, source.DLQFilter{Source: f.Source, EventType: f.EventType, Since: f.Since,
 			Reason: f.Reason, Newest: true, Limit: f.Limit})
 		if err != nil {
-			return nil, fmt.Errorf("databases.%s: %w", db, err)
+			return nil, fmt.Errorf("%s: %w", dbPath(db), err)
 		}
 		for _, e := range evs {
 			out = append(out, deadLetter{ID: e.ID, Database: db, Source: e.Source, OriginalEventID: e.OriginalEventID,
@@ -93,7 +93,7 @@ func (c consoleAPI) Purge(ctx context.Context, ids []string, actor string) (int,
 // is unknownIDs.
 func (c consoleAPI) eachDatabase(ids []string, change func(db string) (int, error)) (int, error) {
 	total := 0
-	for _, db := range slices.Sorted(mapsKeys(c.a.cfg.Databases)) {
+	for _, db := range c.a.servingNames() {
 		n, err := change(db)
 		total += n
 		if err != nil {
@@ -119,9 +119,9 @@ func (a *App) ReplayDead(ctx context.Context, db string, f source.DLQFilter, act
 	if err != nil || len(evs) == 0 {
 		return 0, err
 	}
-	srcs, err := a.Resolve(ctx)
-	if err != nil {
-		return 0, err
+	srcs, errs := a.resolveOn(ctx, db)
+	if len(errs) > 0 {
+		return 0, errs[0]
 	}
 	stores := map[string]*Source{}
 	for _, s := range srcs {
@@ -140,16 +140,6 @@ func (a *App) ReplayDead(ctx context.Context, db string, f source.DLQFilter, act
 		}
 	}
 	return total, nil
-}
-
-func mapsKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
 }
 
 // PurgeDead deletes the dead letters of database db with these ids (not

@@ -4,12 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"maps"
-	"slices"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
@@ -86,19 +85,27 @@ func (h *history) points(now time.Time, s map[string]sample) map[string][]source
 }
 
 // readHistory reads every database's samples of the last hour, by source,
-// oldest first.
+// oldest first: those of the configuration and the members of its
+// multi-database entries in service (one that stops answering meanwhile
+// is left out: its sources say it is down).
 func (a *App) readHistory(ctx context.Context) (map[string][]point, error) {
 	out := map[string][]point{}
-	for _, db := range slices.Sorted(maps.Keys(a.cfg.Databases)) {
+	for _, db := range a.servingNames() {
 		k, err := capability[driver.SampleKeeper](a, db, "keep the console's samples")
 		if err != nil {
 			return nil, err
 		}
 		xs, err := k.Samples(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("databases.%s: read the console's samples: %w", db, err)
+		_, _, member := config.SplitMemberName(db)
+		if err != nil && member && ctx.Err() == nil {
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: read the console's samples: %w", dbPath(db), err)
 		}
 		for _, x := range xs {
+			if member && !a.belongs(db, x.Source) {
+				continue // another member's, in a relay database they share (MySQL)
+			}
 			out[x.Source] = append(out[x.Source], point{At: x.At, Pending: float64(x.Pending), OldestSeconds: x.OldestSeconds,
 				Rate: x.EventsPerSecond})
 		}

@@ -34,7 +34,7 @@ func (a *App) runLeased(ctx context.Context, s *Source, sh Shard, r *runningShar
 	}
 	o.Balancer = a.balancer(s.Config.Database)
 	first := sh.Bucket.Index == 0
-	a.leases[s.Config.Database].Hold(ctx, o, func(ctx context.Context) {
+	a.leasesOf(s.Config.Database).Hold(ctx, o, func(ctx context.Context) {
 		// Each holding's start and end, with its term: the history of
 		// who relayed what, when.
 		term := int64(0)
@@ -61,14 +61,14 @@ func (a *App) runLeased(ctx context.Context, s *Source, sh Shard, r *runningShar
 	})
 }
 
-// balancers start each database's balancer on first use: it registers this
-// process among the replicas and shares the database's sources with them;
-// on PostgreSQL a hand-over or a replica leaving or joining wakes it at
-// once (NOTIFY on the relay schema's channel).
+// balancers start each database's balancer on first use, in the
+// database's scope (it stops when the database is let go): it registers
+// this process among the replicas and shares the database's sources with
+// them; on PostgreSQL a hand-over or a replica leaving or joining wakes it
+// at once (NOTIFY on the relay schema's channel).
 type balancers struct {
-	ctx    context.Context
-	wg     *sync.WaitGroup
-	listen func(db string) driver.Listener // nil when the database cannot notify
+	scope  func(db string) (context.Context, *sync.WaitGroup)
+	listen func(db string) driver.Listener // nil when the database does not listen
 
 	mu sync.Mutex
 	by map[string]*lease.Balancer
@@ -82,18 +82,19 @@ func (a *App) balancer(db string) *lease.Balancer {
 	if b, ok := bs.by[db]; ok {
 		return b
 	}
-	b := lease.NewBalancer(a.leases[db], a.cfg.LeaseTTL.D(), a.log.With("database", db))
+	b := lease.NewBalancer(a.leasesOf(db), a.cfg.LeaseTTL.D(), a.log.With("database", db))
 	if bs.by == nil {
 		bs.by = map[string]*lease.Balancer{}
 	}
 	bs.by[db] = b
-	bs.wg.Go(func() { b.Run(bs.ctx) })
+	ctx, wg := bs.scope(db)
+	wg.Go(func() { b.Run(ctx) })
 	if l := bs.listen(db); l != nil {
 		woken := l.SubscribeLeases()
-		bs.wg.Go(func() {
+		wg.Go(func() {
 			for {
 				select {
-				case <-bs.ctx.Done():
+				case <-ctx.Done():
 					return
 				case <-woken:
 					b.Nudge()
@@ -102,6 +103,14 @@ func (a *App) balancer(db string) *lease.Balancer {
 		})
 	}
 	return b
+}
+
+// forget drops database db's balancer (stopped with its scope), so that a
+// database of the same name found later gets a new one.
+func (bs *balancers) forget(db string) {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	delete(bs.by, db)
 }
 
 // closed is a channel closed already: work that never started.

@@ -21,7 +21,11 @@ func (a *App) ListFailed(ctx context.Context, db string, f source.DLQFilter) ([]
 	if err != nil {
 		return nil, err
 	}
-	return d.ListFailed(ctx, f)
+	evs, err := d.ListFailed(ctx, f)
+	if _, _, member := config.SplitMemberName(db); !member || err != nil {
+		return evs, err
+	}
+	return slices.DeleteFunc(evs, func(e source.FailedEvent) bool { return !a.belongs(db, e.Source) }), nil
 }
 
 // Replay puts dead letters of source s back into its table's pending set,
@@ -56,7 +60,8 @@ func (a *App) CheckGrants(ctx context.Context, s *Source) (Grants, error) {
 	need := s.Layout.NeededPrivileges()
 	c, ok := s.Table.(driver.PrivilegeChecker)
 	if !ok {
-		return Grants{Need: need}, fmt.Errorf("the %s driver cannot check privileges", a.cfg.Databases[s.Config.Database].Driver)
+		conf, _ := a.dbConfig(s.Config.Database)
+		return Grants{Need: need}, fmt.Errorf("the %s driver cannot check privileges", conf.Driver)
 	}
 	p, err := c.CheckPrivileges(ctx, need, s.Layout.UpdatedColumns()...)
 	return Grants{Need: need, Missing: p.Missing, Extra: p.Extra}, err
@@ -78,7 +83,11 @@ type SchemaState struct {
 // CheckSchema reports how database db's relay schema stands.
 func (a *App) CheckSchema(ctx context.Context, db string) (SchemaState, error) {
 	var st SchemaState
-	m, err := NewMigrator(a.cfg, db)
+	conf, ok := a.dbConfig(db)
+	if !ok {
+		return st, fmt.Errorf("unknown database %q", db)
+	}
+	m, err := NewMigratorFor(a.cfg, db, conf)
 	if err != nil {
 		return st, err
 	}

@@ -81,7 +81,8 @@ func (a *App) Optimize(ctx context.Context, s *Source) (OptimizeReport, error) {
 func retainer(a *App, s *Source) (driver.Retainer, error) {
 	r, ok := s.Table.(driver.Retainer)
 	if !ok {
-		return nil, fmt.Errorf("the %s driver has no retention", a.cfg.Databases[s.Config.Database].Driver)
+		conf, _ := a.dbConfig(s.Config.Database)
+		return nil, fmt.Errorf("the %s driver has no retention", conf.Driver)
 	}
 	return r, nil
 }

@@ -25,6 +25,12 @@ import (
 type runningSource struct {
 	cs     config.Source
 	shards []*runningShard
+	// health is its database's: out of service, the source is stuck
+	// (database_down) whatever its shards say.
+	health *dbHealth
+	// placeholder marks an entry that stands for a source of a database
+	// not yet taken up (see placeholders).
+	placeholder bool
 }
 
 // runningShard is one shard of a running source. It keeps what this
@@ -73,15 +79,39 @@ func (r *runningShard) set(w *relay.Worker) {
 	r.mu.Unlock()
 }
 
-// Run starts the admin server, the listeners and every source, re-checks
-// discovery rules periodically, and returns once ctx is cancelled and every
-// worker has finished its batches in flight.
+// runtime is what Run shares with what it starts: its context and wait
+// group, and the NOTIFY listeners.
+type runtime struct {
+	ctx       context.Context
+	wg        *sync.WaitGroup
+	listeners *listeners
+}
+
+// scope is where the goroutines of database db run: a member's context
+// and wait group (they end when it is let go), else Run's.
+func (a *App) scope(rt *runtime, db string) (context.Context, *sync.WaitGroup) {
+	a.dbMu.RLock()
+	defer a.dbMu.RUnlock()
+	if m := a.members[db]; m != nil && m.ctx != nil {
+		return m.ctx, &m.wg
+	}
+	return rt.ctx, rt.wg
+}
+
+// Run starts the admin server, the listeners and every source, takes up
+// the databases of multi-database entries, re-checks discovery rules
+// periodically, and returns once ctx is cancelled and every worker has
+// finished its batches in flight. A source of a database of the
+// configuration that cannot start fails Run; a database of a
+// multi-database entry that cannot be taken up holds up only its own
+// sources, and is tried again.
 func (a *App) Run(ctx context.Context) error {
-	srcs, err := a.Resolve(ctx)
-	if err != nil {
-		return err
+	srcs, errs := a.resolveStatic(ctx)
+	if len(errs) > 0 {
+		return errs[0]
 	}
 	var wg sync.WaitGroup
+	defer a.waitMembers()
 	defer wg.Wait()
 
 	every := cmp.Or(a.historyEvery, historyEvery)
@@ -109,84 +139,137 @@ func (a *App) Run(ctx context.Context) error {
 		})
 	}
 
-	ls := &listeners{ctx: ctx, wg: &wg, start: func(db, channel string) driver.Listener {
-		return a.dbs[db].(driver.Notifier).Listener(channel, a.log.With("database", db, "channel", channel))
-	}}
-	listenerFor := ls.get
-	a.balancers = &balancers{ctx: ctx, wg: &wg, listen: func(db string) driver.Listener {
-		if _, ok := a.dbs[db].(driver.Notifier); !ok {
+	rt := &runtime{ctx: ctx, wg: &wg}
+	rt.listeners = &listeners{scope: func(db string) (context.Context, *sync.WaitGroup) { return a.scope(rt, db) },
+		start: func(db, channel string) driver.Listener {
+			d, _ := a.db(db)
+			return d.(driver.Notifier).Listener(channel, a.log.With("database", db, "channel", channel))
+		}}
+	a.balancers = &balancers{scope: rt.listeners.scope, listen: func(db string) driver.Listener {
+		if !a.listens(db) {
 			return nil
 		}
-		return listenerFor(db, a.cfg.RelaySchema)
+		return rt.listeners.get(db, a.cfg.RelaySchema)
 	}}
-	start := func(s *Source) error {
-		// Discovery rules run concurrently: reserve the name first.
-		r := newRunningSource(s.Config, s.Shards)
-		a.mu.Lock()
-		_, dup := a.running[s.Name]
-		if !dup {
-			a.running[s.Name] = r
-		}
-		a.mu.Unlock()
-		if dup {
-			return nil
-		}
-		// Prepare now, so that a source that cannot start (no sink, a
-		// trigger required but missing) fails the start.
-		build, err := a.prepare(ctx, s, listenerFor)
-		if err != nil {
-			a.mu.Lock()
-			delete(a.running, s.Name)
-			a.mu.Unlock()
-			return err
-		}
-		a.log.Info("source started", "source", s.Name, "table", s.TableName(), "mode", s.Layout.Mode, "shards", len(s.Shards))
-		if s.ClaimAdvice != "" {
-			a.log.Warn("claims on this table cost more than their batch", "source", s.Name, "table", s.TableName(), "detail", s.ClaimAdvice)
-		}
-		if s.OrderGap != "" {
-			a.log.Warn("per-key order is not provable on this table", "source", s.Name, "table", s.TableName(), "detail", s.OrderGap)
-		}
-		for i, sh := range s.Shards {
-			wg.Go(func() {
-				a.runLeased(ctx, s, sh, r.shards[i], build)
-			})
-		}
-		return nil
-	}
 	for _, s := range srcs {
-		if err := start(s); err != nil {
+		if err := a.startSource(rt, s); err != nil {
 			return err
 		}
 	}
-	for i, cs := range a.cfg.Sources {
-		if cs.Discover == nil {
-			continue
-		}
-		wg.Go(func() {
-			t := time.NewTicker(cs.Discover.Interval.D())
-			defer t.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case <-t.C:
-				}
-				found, err := a.resolveConfigSource(ctx, i, cs)
-				if err != nil {
-					a.log.Warn("discovery failed", "source", cs.Name, "err", err)
-					continue
-				}
-				for _, s := range found {
-					if err := start(s); err != nil {
-						a.log.Error("start discovered source", "source", s.Name, "err", err)
-					}
+	for _, name := range a.databaseNames() {
+		if _, _, member := config.SplitMemberName(name); !member {
+			wg.Go(func() { a.probe(ctx, name) })
+			for _, p := range a.cfg.SourcesOn(name) {
+				if p.Source.Discover != nil {
+					wg.Go(func() { a.rediscover(rt, ctx, p) })
 				}
 			}
-		})
+		}
+	}
+	for _, m := range a.membersOf("") {
+		a.runMember(rt, m)
+	}
+	for _, entry := range multiEntries(a.cfg) {
+		if a.cfg.Databases[entry].Discover != nil {
+			wg.Go(func() { a.recheckMembers(rt, entry) })
+		}
 	}
 	<-ctx.Done()
 	return nil
+}
+
+// startSource starts relaying source s: it reserves its name, prepares it
+// (so that a source that cannot start, for want of its sink or of a
+// trigger it requires, fails here), and runs each of its shards under the
+// shard's lease in its database's scope. A source already running is left
+// as it is; one that stood in for it until its database was taken up is
+// replaced.
+func (a *App) startSource(rt *runtime, s *Source) error {
+	r := newRunningSource(s.Config, s.Shards)
+	r.health = a.healthOf(s.Config.Database)
+	a.mu.Lock()
+	old, dup := a.running[s.Name]
+	if dup && old.placeholder {
+		dup = false
+	}
+	if !dup {
+		a.running[s.Name] = r
+	}
+	a.mu.Unlock()
+	if dup {
+		return nil
+	}
+	ctx, wg := a.scope(rt, s.Config.Database)
+	build, err := a.prepare(ctx, s, rt.listeners.get)
+	if err != nil {
+		a.mu.Lock()
+		if old != nil {
+			a.running[s.Name] = old
+		} else {
+			delete(a.running, s.Name)
+		}
+		a.mu.Unlock()
+		return err
+	}
+	a.log.Info("source started", "source", s.Name, "table", s.TableName(), "mode", s.Layout.Mode, "shards", len(s.Shards))
+	if s.ClaimAdvice != "" {
+		a.log.Warn("claims on this table cost more than their batch", "source", s.Name, "table", s.TableName(), "detail", s.ClaimAdvice)
+	}
+	if s.OrderGap != "" {
+		a.log.Warn("per-key order is not provable on this table", "source", s.Name, "table", s.TableName(), "detail", s.OrderGap)
+	}
+	for i, sh := range s.Shards {
+		wg.Go(func() { a.runLeased(ctx, s, sh, r.shards[i], build) })
+	}
+	return nil
+}
+
+// rediscover looks for the tables of source p (one that discovers them by
+// schema) again every discover.interval, until ctx ends, and starts those
+// that appeared.
+func (a *App) rediscover(rt *runtime, ctx context.Context, p config.Placed) {
+	cs := p.Source
+	t := time.NewTicker(cs.Discover.Interval.D())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		found, err := a.resolveConfigSource(ctx, p.Index, cs)
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("discovery failed", "source", cs.Name, "err", err)
+			}
+			continue
+		}
+		for _, s := range found {
+			if err := a.startSource(rt, s); err != nil {
+				a.log.Error("start discovered source", "source", s.Name, "err", err)
+			}
+		}
+	}
+}
+
+// listens says whether database db keeps a connection listening for
+// notifications: when its driver can notify and one of its sources may be
+// woken by them (notify not off). Its balancer then hears of hand-overs at
+// once; without, at its next attempt (a third of lease_ttl).
+func (a *App) listens(db string) bool {
+	d, err := a.db(db)
+	if err != nil {
+		return false
+	}
+	if _, ok := d.(driver.Notifier); !ok {
+		return false
+	}
+	for _, p := range a.cfg.SourcesOn(db) {
+		if p.Source.Notify != "off" {
+			return true
+		}
+	}
+	return false
 }
 
 // prepare connects a source's sink and sets up its wake-up path; it returns
@@ -320,31 +403,41 @@ func (a *App) ensureTrigger(ctx context.Context, s *Source) (bool, error) {
 }
 
 // listeners holds one NOTIFY listener per database and channel, started on
-// first use.
-// Discovery rules start sources concurrently, so it is locked.
+// first use in its database's scope (it stops when the database is let
+// go). Discovery rules start sources concurrently, so it is locked.
 type listeners struct {
-	ctx   context.Context
-	wg    *sync.WaitGroup
+	scope func(db string) (context.Context, *sync.WaitGroup)
 	start func(db, channel string) driver.Listener
 
 	mu sync.Mutex
-	by map[string]driver.Listener
+	by map[string]map[string]driver.Listener // by database, then channel
 }
 
 func (ls *listeners) get(db, channel string) driver.Listener {
 	ls.mu.Lock()
 	defer ls.mu.Unlock()
-	key := db + "\x00" + channel
-	if l, ok := ls.by[key]; ok {
+	if l, ok := ls.by[db][channel]; ok {
 		return l
 	}
 	if ls.by == nil {
-		ls.by = map[string]driver.Listener{}
+		ls.by = map[string]map[string]driver.Listener{}
+	}
+	if ls.by[db] == nil {
+		ls.by[db] = map[string]driver.Listener{}
 	}
 	l := ls.start(db, channel)
-	ls.by[key] = l
-	ls.wg.Go(func() { _ = l.Run(ls.ctx) })
+	ls.by[db][channel] = l
+	ctx, wg := ls.scope(db)
+	wg.Go(func() { _ = l.Run(ctx) })
 	return l
+}
+
+// forget drops database db's listeners (stopped with its scope), so that a
+// database of the same name found later gets new ones.
+func (ls *listeners) forget(db string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	delete(ls.by, db)
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {

@@ -24,7 +24,7 @@ func TestListenersOnePerDatabase(t *testing.T) {
 	cancel() // the listeners' Run returns at once
 	var wg sync.WaitGroup
 	var started atomic.Int32
-	ls := &listeners{ctx: ctx, wg: &wg, start: func(db, channel string) driver.Listener {
+	ls := &listeners{scope: func(string) (context.Context, *sync.WaitGroup) { return ctx, &wg }, start: func(db, channel string) driver.Listener {
 		started.Add(1)
 		return &fakeListener{db: db}
 	}}

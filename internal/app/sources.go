@@ -71,6 +71,18 @@ func openShards(ctx context.Context, t driver.Table, p driver.SourceParams, whol
 	return out, nil
 }
 
+// unopened are the shards of a source split in n (sources[].shards) with
+// no store: what stands for a source not yet started.
+func unopened(n int) []Shard {
+	out := make([]Shard, max(n, 1))
+	for i := range out {
+		if n > 1 {
+			out[i].Bucket = source.Bucket{Index: i, Count: n}
+		}
+	}
+	return out
+}
+
 // orderGap is layout.OrderGap for a source with per-key ordering on.
 func orderGap(cs config.Source, l *layout.Layout, cols []layout.Column, statementOrder bool) string {
 	if cs.Ordering != nil && !*cs.Ordering {
@@ -142,28 +154,55 @@ func (a *App) Resolve(ctx context.Context) ([]*Source, error) {
 
 // ResolveEach resolves every configured source and returns those that
 // resolved and an error for each that did not, naming it, so that one
-// mistake does not hide the others.
+// mistake does not hide the others. A source of a multi-database entry is
+// resolved on each of the entry's databases this process has open.
 func (a *App) ResolveEach(ctx context.Context) ([]*Source, []error) {
+	return a.resolveWhere(ctx, func(string) bool { return true })
+}
+
+// resolveStatic is ResolveEach for the databases of the configuration
+// alone: Run takes up the members of multi-database entries on their own.
+func (a *App) resolveStatic(ctx context.Context) ([]*Source, []error) {
+	return a.resolveWhere(ctx, func(db string) bool {
+		_, _, member := config.SplitMemberName(db)
+		return !member
+	})
+}
+
+// resolveOn is ResolveEach for database db alone.
+func (a *App) resolveOn(ctx context.Context, db string) ([]*Source, []error) {
+	return a.resolveWhere(ctx, func(name string) bool { return name == db })
+}
+
+// resolveWhere resolves the sources, in the configuration's order, of the
+// open databases that where keeps.
+func (a *App) resolveWhere(ctx context.Context, where func(db string) bool) ([]*Source, []error) {
 	var (
 		out  []*Source
 		errs []error
 	)
+	open := a.databaseNames()
 	for i, cs := range a.cfg.Sources {
-		srcs, err := a.resolveConfigSource(ctx, i, cs)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("source %q: %w", cs.Name, err))
-			continue
+		for _, p := range a.placedOn(i, cs, open) {
+			if !where(p.Source.Database) {
+				continue
+			}
+			srcs, err := a.resolveConfigSource(ctx, i, p.Source)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("source %q: %w", p.Source.Name, err))
+				continue
+			}
+			out = append(out, srcs...)
 		}
-		out = append(out, srcs...)
 	}
 	return out, errs
 }
 
 func (a *App) resolveConfigSource(ctx context.Context, i int, cs config.Source) ([]*Source, error) {
 	path := fmt.Sprintf("sources[%d]", i)
-	db, ok := a.dbs[cs.Database]
-	if !ok {
-		return nil, fmt.Errorf("%s.database: unknown database %q", path, cs.Database)
+	db, err := a.db(cs.Database)
+	if err != nil {
+		return nil, fmt.Errorf("%s.database: %w", path, err)
 	}
 	if cs.Discover == nil {
 		schema, table, err := layout.ParseTableName(cs.Table)
@@ -203,7 +242,10 @@ func (a *App) resolveConfigSource(ctx context.Context, i int, cs config.Source) 
 // store. The driver's errors start with the field they are about.
 func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name string, tn driver.TableName) (*Source, error) {
 	path := fmt.Sprintf("sources[%d]", i)
-	db := a.dbs[cs.Database]
+	db, err := a.db(cs.Database)
+	if err != nil {
+		return nil, fmt.Errorf("%s.database: %w", path, err)
+	}
 	merged, explicit, err := layout.Merge(cs.Preset, cs.Layout, cs.Topic)
 	if err != nil {
 		return nil, fieldErr(path, err)
@@ -231,7 +273,8 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 	if err != nil {
 		return nil, fmt.Errorf("%s.shards: %w", path, err)
 	}
-	s := &Source{Name: name, Index: i, Config: cs, DSN: a.cfg.Databases[cs.Database].DSN, Layout: l, Routes: routes,
+	conf, _ := a.dbConfig(cs.Database)
+	s := &Source{Name: name, Index: i, Config: cs, DSN: conf.DSN, Layout: l, Routes: routes,
 		Store: st, Shards: shards, DB: db, Table: t}
 	if l.Queue == nil {
 		s.OrderGap = orderGap(cs, l, cols, t.StatementOrder())

@@ -82,25 +82,40 @@ type ShardLease struct {
 }
 
 // Status reads the state of every source of the configuration, as the
-// relays recorded it, and judges whether each is stuck.
+// relays recorded it, and judges whether each is stuck. A source of a
+// database of a multi-database entry that is out of service (it cannot be
+// reached, or has not been taken up) is stuck with cause database_down.
 func (a *App) Status(ctx context.Context) ([]SourceStatus, error) {
 	var out []SourceStatus
-	for _, db := range slices.Sorted(func(yield func(string) bool) {
-		for n := range a.cfg.Databases {
-			if !yield(n) {
-				return
-			}
+	now := time.Now()
+	down := map[string]sourceCondition{}
+	for _, m := range a.membersOf("") {
+		if since, err := a.healthNow(m.Name); err != nil {
+			down[m.Name] = databaseDown(m.Name, err, now.Sub(since))
+		} else if !a.HasDatabase(m.Name) {
+			down[m.Name] = sourceCondition{StateStarting, CauseDatabaseDown, "database " + m.Name + " not connected yet"}
 		}
-	}) {
+	}
+	for _, db := range a.databaseNames() {
+		if _, ok := down[db]; ok {
+			continue
+		}
+		_, _, member := config.SplitMemberName(db)
 		r, err := capability[driver.StatusReader](a, db, "read the relays' status")
 		if err != nil {
 			return nil, err
 		}
 		got, err := r.Status(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("databases.%s: read status: %w", db, err)
+		if err != nil && member && ctx.Err() == nil {
+			down[db] = databaseDown(db, fmt.Errorf("read status: %w", err), 0)
+			continue
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: read status: %w", dbPath(db), err)
 		}
 		for _, g := range got {
+			if member && !a.belongs(db, g.Source) {
+				continue // another member's, in a relay database they share (MySQL)
+			}
 			s := SourceStatus{Source: g.Source, Database: db, Table: g.Table, Owner: g.Owner, Term: g.Term, Held: g.Held,
 				Pending: g.Pending, OldestPendingSeconds: g.OldestPendingSeconds, EventsPerSecond: g.EventsPerSecond,
 				Retrying: g.Retrying, DeadLetters: g.DeadLetters, LastClaim: g.LastClaim, Updated: g.Updated, Sinks: g.Sinks,
@@ -111,35 +126,80 @@ func (a *App) Status(ctx context.Context) ([]SourceStatus, error) {
 			out = append(out, s)
 		}
 	}
-	return a.judge(out, time.Now()), nil
+	return a.judge(out, down, now), nil
 }
 
 // judge keeps the sources of this configuration (a discovered source is
-// "rule:schema.table"), adds those no relay has recorded yet, and says how
+// "rule:schema.table"; a source of a multi-database entry runs on each of
+// its databases as "source@entry/database"), adds those no relay has
+// recorded yet and those whose database is down (by name), and says how
 // each stands by its record.
-func (a *App) judge(recorded []SourceStatus, now time.Time) []SourceStatus {
+func (a *App) judge(recorded []SourceStatus, down map[string]sourceCondition, now time.Time) []SourceStatus {
 	var out []SourceStatus
-	for _, cs := range a.cfg.Sources {
-		found := false
-		for i := 0; i < len(recorded); {
-			s := recorded[i]
-			// A source's rows (one a lease) follow each other.
-			j := i + 1
-			for j < len(recorded) && recorded[j].Source == s.Source {
-				j++
-			}
-			rows := recorded[i:j]
-			i = j
-			if s.Source != cs.Name && !strings.HasPrefix(s.Source, cs.Name+":") {
+	// A source's rows (one a lease) follow each other.
+	var groups [][]SourceStatus
+	for i := 0; i < len(recorded); {
+		j := i + 1
+		for j < len(recorded) && recorded[j].Source == recorded[i].Source && recorded[j].Database == recorded[i].Database {
+			j++
+		}
+		groups = append(groups, recorded[i:j])
+		i = j
+	}
+	for i, cs := range a.cfg.Sources {
+		for _, p := range a.placed(i, cs) {
+			name, db := p.Source.Name, p.Source.Database
+			if c, ok := down[db]; ok {
+				s := SourceStatus{Source: name, Database: db, Table: p.Source.Table, Sinks: map[string]string{},
+					State: c.State, Cause: c.Cause, Reason: c.Reason, PendingStale: true}
+				if c.State == StateStuck {
+					s.Stuck = c.Reason
+				}
+				out = append(out, s)
 				continue
 			}
-			found = true
-			out = append(out, judgeRecord(withLeases(rows, cs.Shards), cs, now))
+			found := false
+			for _, rows := range groups {
+				if s := rows[0].Source; s != name && !strings.HasPrefix(s, name+":") {
+					continue
+				}
+				found = true
+				out = append(out, judgeRecord(withLeases(rows, cs.Shards), cs, now))
+			}
+			if !found {
+				out = append(out, SourceStatus{Source: name, Database: db, Table: p.Source.Table,
+					Sinks: map[string]string{}, State: StateStuck, Cause: CauseNotRecorded,
+					Reason: "no relay has recorded it yet", Stuck: "no relay has recorded it yet", PendingStale: true})
+			}
 		}
-		if !found {
-			out = append(out, SourceStatus{Source: cs.Name, Database: cs.Database, Table: cs.Table,
-				Sinks: map[string]string{}, State: StateStuck, Cause: CauseNotRecorded,
-				Reason: "no relay has recorded it yet", Stuck: "no relay has recorded it yet", PendingStale: true})
+	}
+	return out
+}
+
+// placed lists where source i of the configuration runs: on its database,
+// or on every database of its multi-database entry this process knows.
+func (a *App) placed(i int, cs config.Source) []config.Placed {
+	var names []string
+	for _, m := range a.membersOf(cs.Database) {
+		names = append(names, m.Name)
+	}
+	return a.placedOn(i, cs, names)
+}
+
+// placedOn lists where source i of the configuration runs: on its
+// database, or, for a source of a multi-database entry, on each of the
+// databases named that is a member of it (as package config places it).
+func (a *App) placedOn(i int, cs config.Source, names []string) []config.Placed {
+	db, ok := a.cfg.Databases[cs.Database]
+	if !ok || !db.Multi() {
+		return []config.Placed{{Index: i, Source: cs}}
+	}
+	var out []config.Placed
+	for _, name := range names {
+		for _, p := range a.cfg.SourcesOn(name) {
+			if p.Index == i && p.Source.Database == name {
+				out = append(out, p)
+			}
 		}
 	}
 	return out
@@ -326,14 +386,16 @@ type ReplicaStatus struct {
 // sources st (as Status read them).
 func (a *App) Replicas(ctx context.Context, st []SourceStatus) ([]ReplicaStatus, error) {
 	var out []ReplicaStatus
-	for _, db := range slices.Sorted(maps.Keys(a.cfg.Databases)) {
+	for _, db := range a.servingNames() {
 		r, err := capability[driver.StatusReader](a, db, "read the relays' status")
 		if err != nil {
 			return nil, err
 		}
 		got, err := r.Replicas(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("databases.%s: read the replicas: %w", db, err)
+		if _, _, member := config.SplitMemberName(db); err != nil && member && ctx.Err() == nil {
+			continue // out of service since Status read it: its sources say so
+		} else if err != nil {
+			return nil, fmt.Errorf("%s: read the replicas: %w", dbPath(db), err)
 		}
 		shards := 0 // a source split into buckets counts each
 		for _, s := range st {

@@ -52,7 +52,10 @@ share), naming the fix; a warning is not a problem.`,
 			}
 			defer a.Close()
 			c := &checker{out: out, a: a, cfg: cfg, strict: strict}
-			for _, name := range slices.Sorted(maps.Keys(cfg.Databases)) {
+			for _, err := range a.DatabaseProblems() {
+				c.problem("%v", err)
+			}
+			for _, name := range a.DatabaseNames() {
 				fmt.Fprintf(out, "databases.%s: connected\n", name)
 				if err := c.schema(ctx, name); err != nil {
 					return fmt.Errorf("databases.%s: %w", name, err)
@@ -97,7 +100,7 @@ func (c *checker) schema(ctx context.Context, name string) error {
 		return err
 	}
 	where := "relay schema " + c.cfg.RelaySchema
-	if c.cfg.Databases[name].Driver == "mysql" {
+	if entry, _, _ := config.SplitMemberName(name); c.cfg.Databases[entry].Driver == "mysql" {
 		where = "relay database " + c.cfg.RelaySchema
 	}
 	switch {
@@ -134,7 +137,9 @@ func (c *checker) sources(ctx context.Context) []*app.Source {
 	}
 	for i, cs := range c.cfg.Sources {
 		found := slices.ContainsFunc(srcs, func(s *app.Source) bool { return s.Index == i })
-		if !found && cs.Discover != nil {
+		if !found && c.cfg.Databases[cs.Database].Multi() {
+			c.say("source %s: no database of %s is in service (yet)", cs.Name, cs.Database)
+		} else if !found && cs.Discover != nil {
 			c.say("source %s: discovery finds no table named %s in a schema matching %s (yet)",
 				cs.Name, strings.Join(cs.Discover.Tables, " or "), cs.Discover.Schemas)
 		}

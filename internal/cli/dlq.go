@@ -3,12 +3,15 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
+	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
@@ -37,7 +40,7 @@ func newDLQ(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "dlq", Short: "Inspect and replay dead-lettered events"}
 	f := &dlqFlags{}
 	bind := func(c *cobra.Command) {
-		c.Flags().StringVar(&f.database, "database", "", "database to look in (default: the only one)")
+		c.Flags().StringVar(&f.database, "database", "", "database to look in (default: the only one); a database of an entry with dsns or discover is <entry>/<database>")
 		c.Flags().StringSliceVar(&f.ids, "id", nil, "dead letter id (failed_events.id); repeatable")
 		c.Flags().StringSliceVar(&f.eventIDs, "event-id", nil, "original event id; repeatable")
 		c.Flags().StringVar(&f.source, "source", "", "only this source")
@@ -115,19 +118,28 @@ func openForDLQ(cmd *cobra.Command, g *globals, f *dlqFlags) (*app.App, string, 
 	}
 	db := f.database
 	if db == "" {
-		if len(cfg.Databases) != 1 {
-			return nil, "", nil, errors.New("--database is required when the config has several databases")
+		if len(cfg.Databases) != 1 || cfg.Databases[firstKey(cfg.Databases)].Multi() {
+			return nil, "", nil, errors.New("--database is required when the config has several databases (a database of an entry with dsns or discover is named <entry>/<database>)")
 		}
-		for n := range cfg.Databases {
-			db = n
-		}
+		db = firstKey(cfg.Databases)
 	}
 	if _, ok := cfg.Databases[db]; !ok {
-		return nil, "", nil, fmt.Errorf("--database: unknown database %q", db)
+		if entry, _, member := config.SplitMemberName(db); !member || !cfg.Databases[entry].Multi() {
+			return nil, "", nil, fmt.Errorf("--database: unknown database %q", db)
+		}
 	}
 	a, err := app.Open(cmd.Context(), cfg, log)
 	if err != nil {
 		return nil, "", nil, err
 	}
+	if !a.HasDatabase(db) {
+		a.Close()
+		return nil, "", nil, fmt.Errorf("--database: database %q was not found or cannot be reached", db)
+	}
 	return a, db, a.Close, nil
+}
+
+// firstKey is the first key of m in order.
+func firstKey[V any](m map[string]V) string {
+	return slices.Sorted(maps.Keys(m))[0]
 }

@@ -1,8 +1,9 @@
 package cli
 
 import (
+	"context"
 	"fmt"
-	"sort"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -19,32 +20,42 @@ func newMigrate(g *globals) *cobra.Command {
 		all    bool
 		loaded *config.Config // the configuration each is working through
 	)
-	each := func(fn func(name string, m app.Migrator) error) error {
+	// each runs fn on the migrator of every database, those of
+	// multi-database entries included. A database of the configuration
+	// that fails stops it; a member that fails is reported and the others
+	// go on (the command then fails).
+	each := func(ctx context.Context, fn func(name string, db config.Database, m app.Migrator) error) error {
 		cfg, _, err := g.load()
 		if err != nil {
 			return err
 		}
 		loaded = cfg
-		names := make([]string, 0, len(cfg.Databases))
-		for n := range cfg.Databases {
-			names = append(names, n)
+		targets, err := app.Databases(ctx, cfg)
+		if err != nil {
+			return err
 		}
-		sort.Strings(names)
-		for _, n := range names {
-			m, err := app.NewMigrator(cfg, n)
-			if err != nil {
-				return err
+		var failed []string
+		for _, tg := range targets {
+			m, err := app.NewMigratorFor(cfg, tg.Name, tg.Database)
+			if err == nil {
+				err = fn(tg.Name, tg.Database, m)
+				_ = m.Close()
 			}
-			err = fn(n, m)
-			_ = m.Close()
-			if err != nil {
-				return fmt.Errorf("databases.%s: %w", n, err)
+			switch {
+			case err != nil && tg.Member():
+				fmt.Fprintf(g.stdout, "%s: FAILED: %v\n", tg.Name, err)
+				failed = append(failed, tg.Name)
+			case err != nil:
+				return fmt.Errorf("databases.%s: %w", tg.Name, err)
 			}
+		}
+		if len(failed) > 0 {
+			return fmt.Errorf("%d database(s) failed: %s", len(failed), strings.Join(failed, ", "))
 		}
 		return nil
 	}
 	up := &cobra.Command{Use: "up", Short: "Apply every pending migration", RunE: func(cmd *cobra.Command, _ []string) error {
-		return each(func(n string, m app.Migrator) error {
+		return each(cmd.Context(), func(n string, db config.Database, m app.Migrator) error {
 			applied, err := app.Up(cmd.Context(), m)
 			if err != nil {
 				return err
@@ -52,7 +63,7 @@ func newMigrate(g *globals) *cobra.Command {
 			for _, s := range applied {
 				fmt.Fprintf(g.stdout, "%s: applied %05d %s\n", n, s.Version, s.Name)
 			}
-			if err := app.MigrateTables(cmd.Context(), loaded, n); err != nil {
+			if err := app.MigrateTablesOn(cmd.Context(), loaded, n, db); err != nil {
 				return err
 			}
 			if len(applied) == 0 {
@@ -64,7 +75,7 @@ func newMigrate(g *globals) *cobra.Command {
 		})
 	}}
 	down := &cobra.Command{Use: "down", Short: "Roll back the newest migration (--all: every one, and drop the schema)", RunE: func(cmd *cobra.Command, _ []string) error {
-		return each(func(n string, m app.Migrator) error {
+		return each(cmd.Context(), func(n string, _ config.Database, m app.Migrator) error {
 			undone, err := app.Down(cmd.Context(), m, all)
 			if err != nil {
 				return err
@@ -83,7 +94,7 @@ func newMigrate(g *globals) *cobra.Command {
 	}}
 	down.Flags().BoolVar(&all, "all", false, "roll back every migration and drop the relay schema")
 	status := &cobra.Command{Use: "status", Short: "List migrations and whether each is applied", RunE: func(cmd *cobra.Command, _ []string) error {
-		return each(func(n string, m app.Migrator) error {
+		return each(cmd.Context(), func(n string, _ config.Database, m app.Migrator) error {
 			st, err := m.Status(cmd.Context())
 			if err != nil {
 				return err

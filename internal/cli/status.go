@@ -38,7 +38,9 @@ with the cause: no relay holds it, no successful claim since its holder took
 it or for longer than its readiness.max_claim_failure (with the holder's
 reason when it recorded one, such as an exactly-once takeover failing for a
 missing progress topic), its oldest pending event older than its
-readiness.max_oldest_pending, or a sink's circuit open.
+readiness.max_oldest_pending, a sink's circuit open, or its database out of
+service (a database of an entry with dsns or discover that cannot be
+reached or taken up: cause database_down).
 
 PENDING is the backlog as the holder last counted it; "(stale, 2m old)"
 follows it when that count is not the current holder's latest (the record

@@ -52,13 +52,48 @@ type Shutdown struct {
 	Timeout Duration `yaml:"timeout"` // default 30s
 }
 
-// Database is one database connection.
+// Database is one database connection, or an entry that stands for many
+// databases (a database per tenant): a list of them (dsns) or a rule that
+// discovers them on a server (discover). Each database of such an entry is
+// relayed as one of its own, named `<entry>/<database>`, with its own
+// connections, relay schema, leases and copy of every source naming the
+// entry (`<source>@<entry>/<database>`).
 type Database struct {
 	Driver string `yaml:"driver"` // postgres (default) or mysql
 	// DSN is the connection string: postgres://user:password@host:5432/db
-	// for PostgreSQL, user:password@tcp(host:3306)/db for MySQL.
-	DSN      string `yaml:"dsn"`
-	MaxConns int    `yaml:"max_conns"` // default 10
+	// for PostgreSQL, user:password@tcp(host:3306)/db for MySQL. With
+	// Discover it names the server whose databases are discovered (on
+	// PostgreSQL, the database whose catalogue is read). Not needed when
+	// DSNs is set.
+	DSN string `yaml:"dsn"`
+	// DSNs lists databases of their own, each named after the database its
+	// connection string names; not with DSN.
+	DSNs []string `yaml:"dsns"`
+	// Discover finds the databases on the server DSN names, and looks
+	// again every interval.
+	Discover *DatabaseDiscover `yaml:"discover"`
+	// MaxConns bounds the connections to the database; for an entry with
+	// DSNs or Discover, to each of its databases.
+	MaxConns int `yaml:"max_conns"`
+}
+
+// DatabaseDiscover finds the databases of a server by name: those Pattern
+// matches, or those Query returns. Exactly one of the two is set.
+type DatabaseDiscover struct {
+	// Pattern is a glob on database names (`tenant_*`: `*` any run of
+	// characters, `?` one, `[a-z]` one of a set, `[!a-z]` one not in it),
+	// or `regex:` and a regular expression that matches anywhere unless
+	// anchored (`regex:^tenant_[0-9]+$`). On PostgreSQL template databases
+	// are never found; on MySQL neither are the system schemas nor the
+	// relay's own database.
+	Pattern string `yaml:"pattern"`
+	// Query is a SELECT (or SHOW DATABASES) returning the names of the
+	// databases in its first column, run where dsn connects: a tenant
+	// registry, say.
+	Query string `yaml:"query"`
+	// Interval is how often the databases are looked for again: a new one
+	// is taken up, a vanished one let go. Default 1m.
+	Interval Duration `yaml:"interval"`
 }
 
 // Sink is one broker connection. Kafka's settings sit on the sink itself;
@@ -149,7 +184,10 @@ type Source struct {
 	Name     string `yaml:"name"`
 	Database string `yaml:"database"` // key of Databases; default: the only one
 	// Table is schema-qualified: "journey_matcher.outbox" or
-	// `tenant."OutboxEvent"`. Exactly one of Table and Discover is set.
+	// `tenant."OutboxEvent"`. Exactly one of Table and Discover is set. On
+	// an entry with dsns or discover, "{database}" stands for each
+	// database's name: on MySQL, where the schema is the database,
+	// "{database}.kafka_outbox".
 	Table    string    `yaml:"table"`
 	Discover *Discover `yaml:"discover"`
 	// Preset names a built-in layout (see internal/layout); Layout overrides

@@ -67,6 +67,7 @@ var goodFixtures = map[string]struct {
 			}
 		},
 	},
+	"tenants.good.yaml": {check: checkTenants},
 	"shards.good.yaml": {
 		check: func(t *testing.T, c *Config) {
 			if c.Sources[0].Shards != 4 || c.Sources[1].Shards != 1 {
@@ -164,6 +165,18 @@ var badFixtures = map[string][]string{
 		`sources[0].routes[1].values: column and values go together`,
 		`sources[0].routes[2]: give at least one condition`,
 		`sources[0].routes[3].topic:`,
+	},
+	"tenants.bad.yaml": {
+		"databases.both.dsns: set dsn (one database, or the server discover looks on) or dsns (several databases), not both",
+		"databases.listed.dsns[1]: must not be empty",
+		"databases.listed.dsns[2]: the same as dsns[0]",
+		"databases.listed.discover: not with dsns: discover finds the databases on the server dsn names",
+		"databases.serverless.dsn: required with discover: the server whose databases it finds (or set OUTBOX_RELAY_DATABASE_SERVERLESS_DSN)",
+		"databases.neither.discover: set pattern (a glob on database names, or regex:...) or query (a SELECT returning their names)",
+		"databases.twice.discover: set pattern or query, not both",
+		`databases.badglob.discover.pattern: invalid glob "tenant_[": unclosed "["`,
+		"databases.badglob.discover.interval: must be positive, got 0s",
+		"databases.badregex.discover.pattern: invalid regular expression: error parsing regexp: missing closing ): `tenant_(`",
 	},
 	"duplicate_key.bad.yaml": {`sources[0].table: duplicate key "table" (line 8, first set at line 7)`},
 	"kafka_outbox.bad.yaml": {

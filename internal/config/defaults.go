@@ -17,6 +17,9 @@ const (
 
 	DefaultDatabaseDriver   = "postgres"
 	DefaultDatabaseMaxConns = 10
+	// DefaultMemberMaxConns is the connection budget of each database of
+	// an entry with dsns or discover: small, since there may be hundreds.
+	DefaultMemberMaxConns = 4
 
 	DefaultClientID        = "outbox-relay"
 	DefaultMaxMessageBytes = 1_000_000
@@ -94,7 +97,16 @@ func (c *Config) applyDefaults(explicit func(path string) bool) {
 	for name, db := range c.Databases {
 		p := "databases." + name
 		d.str(&db.Driver, DefaultDatabaseDriver)
-		d.int(&db.MaxConns, p+".max_conns", DefaultDatabaseMaxConns)
+		if db.Multi() {
+			d.int(&db.MaxConns, p+".max_conns", DefaultMemberMaxConns)
+		} else {
+			d.int(&db.MaxConns, p+".max_conns", DefaultDatabaseMaxConns)
+		}
+		if db.Discover != nil {
+			disc := *db.Discover // copy: the caller may share the pointer
+			d.dur(&disc.Interval, p+".discover.interval", DefaultDiscoverInterval)
+			db.Discover = &disc
+		}
 		c.Databases[name] = db
 	}
 	for name, s := range c.Sinks {

@@ -48,7 +48,7 @@
 //
 // DATABASE_URL fills the dsn of the database when the file declares exactly
 // one database and neither the file nor OUTBOX_RELAY_DATABASE_<NAME>_DSN gives
-// it a dsn.
+// it a dsn (nor dsns). For an entry with discover, the dsn is the server's.
 //
 // # Templates and table names
 //

@@ -126,7 +126,7 @@ func applyEnv(cfg *Config, env func(string) (string, bool), ps *problems) {
 	}
 	if len(cfg.Databases) == 1 {
 		for name, db := range cfg.Databases {
-			if url, _ := env(envDatabaseURL); db.DSN == "" && url != "" {
+			if url, _ := env(envDatabaseURL); db.DSN == "" && len(db.DSNs) == 0 && url != "" {
 				db.DSN = url
 				cfg.Databases[name] = db
 			}

@@ -87,12 +87,49 @@ func (c *Config) validateDatabase(ps *problems, name string) {
 	db, p := c.Databases[name], "databases."+name
 	checkName(ps, "databases", name)
 	oneOf(ps, p+".driver", db.Driver, dbDrivers, true)
-	if db.DSN == "" {
+	switch {
+	case len(db.DSNs) > 0 && db.DSN != "":
+		ps.add(p+".dsns", "set dsn (one database, or the server discover looks on) or dsns (several databases), not both")
+	case len(db.DSNs) > 0:
+	case db.DSN == "" && db.Discover != nil:
+		ps.add(p+".dsn", "required with discover: the server whose databases it finds (or set %s)", DatabaseDSNEnv(name))
+	case db.DSN == "":
 		ps.add(p+".dsn", "required (or set %s)", DatabaseDSNEnv(name))
+	}
+	seen := map[string]int{}
+	for i, dsn := range db.DSNs {
+		ip := fmt.Sprintf("%s.dsns[%d]", p, i)
+		if j, dup := seen[dsn]; dup {
+			ps.add(ip, "the same as dsns[%d]", j)
+		} else if strings.TrimSpace(dsn) == "" {
+			ps.add(ip, "must not be empty")
+		}
+		seen[dsn] = i
+	}
+	if d := db.Discover; d != nil {
+		if len(db.DSNs) > 0 {
+			ps.add(p+".discover", "not with dsns: discover finds the databases on the server dsn names")
+		}
+		validateDatabaseDiscover(ps, p+".discover", d)
 	}
 	if db.MaxConns < 1 {
 		ps.add(p+".max_conns", "must be at least 1, got %d", db.MaxConns)
 	}
+}
+
+// validateDatabaseDiscover checks a rule that discovers databases.
+func validateDatabaseDiscover(ps *problems, p string, d *DatabaseDiscover) {
+	switch {
+	case d.Pattern == "" && strings.TrimSpace(d.Query) == "":
+		ps.add(p, "set pattern (a glob on database names, or regex:...) or query (a SELECT returning their names)")
+	case d.Pattern != "" && d.Query != "":
+		ps.add(p, "set pattern or query, not both")
+	case d.Pattern != "":
+		if _, err := d.Matcher(); err != nil {
+			ps.add(p+".pattern", "%v", err)
+		}
+	}
+	positive(ps, p+".interval", d.Interval)
 }
 
 func (c *Config) validateSink(ps *problems, name string) {
@@ -172,7 +209,9 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 		ps.add(p, "set exactly one of table and discover")
 	}
 	if s.Table != "" {
-		if _, _, err := layout.ParseTableName(s.Table); err != nil {
+		if db, ok := c.Databases[s.Database]; ok && !db.Multi() && strings.Contains(s.Table, DatabasePlaceholder) {
+			ps.add(p+".table", "%s stands for each database of an entry with dsns or discover; %s is one database", DatabasePlaceholder, s.Database)
+		} else if _, _, err := layout.ParseTableName(TableOn(s.Table, "database")); err != nil {
 			ps.add(p+".table", "%v", err)
 		}
 	}
@@ -249,7 +288,7 @@ func validateManageTable(ps *problems, p string, s *Source) {
 		ps.add(p+".manage_table", "needs table (a discovered table is not managed)")
 		return
 	}
-	schema, table, err := layout.ParseTableName(s.Table)
+	schema, table, err := layout.ParseTableName(TableOn(s.Table, "database"))
 	if err != nil {
 		return // reported on .table
 	}

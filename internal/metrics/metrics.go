@@ -256,6 +256,23 @@ func (m *Metrics) Source(name string) *SourceMetrics {
 	return s
 }
 
+// Forget removes every series of the named source: a source this process
+// no longer runs (its database was let go) exports nothing, so that no
+// stale gauge (an oldest pending age, a backlog) outlives it.
+func (m *Metrics) Forget(name string) {
+	l := prometheus.Labels{"source": name}
+	for _, v := range []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{
+		m.Published, m.Retried, m.DeadLettered, m.Deferred, m.ClaimBatches, m.NotifyWakeups, m.ClaimErrors,
+		m.OldestPendingAge, m.LastClaim, m.PendingEvents, m.FailedEvents, m.InflightBatches,
+		m.BatchDuration, m.PublishDuration, m.ClaimDuration, m.BatchSize, m.CommitToPublish,
+		m.QueueAttempts, m.QueueReaperRequeues, m.QueueStuck, m.QueueGaps, m.DispatchLatency,
+	} {
+		v.DeletePartialMatch(l)
+	}
+}
+
 // DeadLettered returns the dead-letter counter for reason, normally one of
 // ReasonTerminal and ReasonExhausted.
 func (s *SourceMetrics) DeadLettered(reason string) prometheus.Counter {

@@ -142,6 +142,35 @@ func TestSourceCreatesSeries(t *testing.T) {
 	}
 }
 
+// TestForget: a source forgotten exports no series; the others keep
+// theirs.
+func TestForget(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	m.Source("orders@tenants/t1").OldestPendingAge.Set(600)
+	m.Source("orders@tenants/t2")
+	m.Queue("orders@tenants/t1", "sent").Stuck.Set(1)
+	m.Forget("orders@tenants/t1")
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, mf := range families {
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "source" && l.GetValue() == "orders@tenants/t1" {
+					t.Errorf("%s still has a series of the forgotten source", mf.GetName())
+				}
+			}
+			n++
+		}
+	}
+	if n != 18 {
+		t.Errorf("%d series left, want the other source's 18", n)
+	}
+}
+
 func TestBuckets(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	New(reg).Source("orders").CommitToPublish.Observe(90)

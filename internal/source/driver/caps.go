@@ -11,6 +11,35 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
+// Capabilities of a Driver.
+
+// Enumerator is a Driver that can name the databases of a server, for the
+// entries that stand for many databases (databases.<name>.dsns and
+// .discover).
+type Enumerator interface {
+	// DatabaseName is the name of the database dsn connects to.
+	DatabaseName(dsn string) (string, error)
+	// WithDatabase is dsn connecting to database name instead, on the same
+	// server with the same settings.
+	WithDatabase(dsn, name string) (string, error)
+	// ListDatabases lists the databases of p.DSN's server that a relay may
+	// serve: what p.Query returns, or every database but those of the
+	// server itself (templates, system schemas) and the relay's own.
+	ListDatabases(ctx context.Context, p ListParams) ([]string, error)
+}
+
+// ListParams are what ListDatabases needs.
+type ListParams struct {
+	// DSN is where the list is read: on PostgreSQL the database whose
+	// catalogue (pg_database) is read, on MySQL the server.
+	DSN string
+	// Query, when set, returns the names in its first column.
+	Query string
+	// RelaySchema is the relay's schema: on MySQL a database of the
+	// server, which is never listed.
+	RelaySchema string
+}
+
 // Capabilities of a DB.
 
 // Leaser is a DB with a lease table: the shards of this process's owner.

@@ -52,6 +52,19 @@ func (Driver) MigrateTable(ctx context.Context, dsn string, t driver.TableName, 
 	return MigrateTable(ctx, dsn, Table(t))
 }
 
+var _ driver.Enumerator = Driver{}
+
+// DatabaseName is the database dsn connects to.
+func (Driver) DatabaseName(dsn string) (string, error) { return DatabaseName(dsn) }
+
+// WithDatabase returns dsn connecting to database name instead.
+func (Driver) WithDatabase(dsn, name string) (string, error) { return WithDatabase(dsn, name) }
+
+// ListDatabases lists the databases of the server p.DSN connects to.
+func (Driver) ListDatabases(ctx context.Context, p driver.ListParams) ([]string, error) {
+	return ListDatabases(ctx, p)
+}
+
 // adaptedDB is an open MySQL or MariaDB database.
 type adaptedDB struct {
 	db      *sql.DB

@@ -77,6 +77,16 @@ func (d adaptedDriver) MigrateTable(ctx context.Context, dsn string, t driver.Ta
 	return MigrateTable(ctx, dsn, Table(t))
 }
 
+var _ driver.Enumerator = adaptedDriver{}
+
+func (adaptedDriver) DatabaseName(dsn string) (string, error) { return DatabaseName(dsn) }
+
+func (adaptedDriver) WithDatabase(dsn, name string) (string, error) { return WithDatabase(dsn, name) }
+
+func (adaptedDriver) ListDatabases(ctx context.Context, p driver.ListParams) ([]string, error) {
+	return ListDatabases(ctx, p)
+}
+
 // adaptedDB is an open PostgreSQL database.
 type adaptedDB struct {
 	pool   *pgxpool.Pool
