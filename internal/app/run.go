@@ -284,7 +284,6 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 	if cs.MaxInFlight > 0 {
 		snk = sink.Limit(snk, cs.MaxInFlight)
 	}
-	snk = a.patient(cs.Sink, snk, cs.Pipeline)
 	routes := slices.Clone(s.Routes)
 	for j := range routes {
 		routes[j].SinkName = cs.Routes[j].Sink
@@ -301,8 +300,8 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 		if n := cs.Routes[j].MaxInFlight; n > 0 {
 			routes[j].Sink = sink.Limit(routes[j].Sink, n)
 		}
-		routes[j].Sink = a.patient(cs.Routes[j].Sink, routes[j].Sink, cs.Pipeline)
 	}
+	patient := a.patientSinks(cs, snk, routes)
 	var wake <-chan struct{}
 	if !s.Notifies() && cs.Notify == "on" {
 		return nil, fmt.Errorf("sources[%d].notify: on needs PostgreSQL (LISTEN/NOTIFY); MySQL sources poll", s.Index)
@@ -333,6 +332,7 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 		}
 		schema = sch
 	}
+	snk, routes = patient(0)
 	opts := relay.Options{
 		Schema: schema,
 		Name:   s.Name, Owner: a.owner, Store: s.Store, Sink: snk, SinkName: cs.Sink, Topic: s.Layout.Topic.String(), Headers: headerExtras(s.Layout), Routes: routes,
@@ -354,11 +354,44 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 	return func(sh Shard) *relay.Worker {
 		o := opts
 		o.Store = sh.Store
+		o.Sink, o.Routes = patient(sh.Bucket.Index)
 		if sh.Bucket.Split() {
 			o.Logger = a.log.With("shard", sh.Bucket.LeaseName(s.Name))
 		}
 		return relay.NewWorker(o)
 	}, nil
+}
+
+// patientSinks returns the sink of a source and its routes' sinks made
+// patient (see patient) for a bucket of the source (0 for the whole
+// source). Each bucket has its own, as its worker has its own pipeline:
+// sinks shared by the buckets spent their budget of a pipeline of calls on
+// the batches of every bucket, and held the rest of the source's batches
+// until the next claim (rows the engine holds, recorded in retry_state). A
+// bucket keeps its sinks across its workers (one each time this process
+// acquires its lease): they remember the calls they gave up on.
+func (a *App) patientSinks(cs config.Source, snk sink.Publisher, routes []relay.Route) func(bucket int) (sink.Publisher, []relay.Route) {
+	type sinks struct {
+		sink   sink.Publisher
+		routes []relay.Route
+	}
+	var (
+		mu   sync.Mutex
+		made = map[int]sinks{}
+	)
+	return func(bucket int) (sink.Publisher, []relay.Route) {
+		mu.Lock()
+		defer mu.Unlock()
+		p, ok := made[bucket]
+		if !ok {
+			p = sinks{sink: a.patient(cs.Sink, snk, cs.Pipeline), routes: slices.Clone(routes)}
+			for j := range p.routes {
+				p.routes[j].Sink = a.patient(cs.Routes[j].Sink, routes[j].Sink, cs.Pipeline)
+			}
+			made[bucket] = p
+		}
+		return p.sink, p.routes
+	}
 }
 
 // patient bounds how long a source's batches wait for sink name (its

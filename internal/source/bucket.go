@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 )
 
 // MaxBuckets is the most buckets a source can be split into (config
@@ -92,4 +93,50 @@ func BucketKey(id, orderKey string, ordering bool) string {
 		return orderKey
 	}
 	return id
+}
+
+// BucketWindow sizes the window of the claims of one bucket of a source
+// (with ordering): how many of the bucket's rows a claim considers. Such a
+// window leaves out the rows of the store's own batches in flight, so it
+// need not reach past them; but it passes over the other buckets' rows,
+// each hashed to tell its bucket, and every row it holds beyond those the
+// claim takes is read again by the next claim. So the window is the limit
+// and an eighth while the claims come back full, and reaches twice the
+// limit (what a whole source's window reaches past its own batches) after
+// a claim came back short: rows in the window that could not be taken
+// (another claimer holds their key), or the end of the backlog. The reach
+// then shrinks by half a claim at a time. The zero value starts at twice
+// the limit. Safe for concurrent use.
+type BucketWindow struct {
+	// extra is how far past the limit the window reaches, as a share of
+	// the limit in 1/64ths: 64 after a short claim, then halved by each
+	// full claim down to 8.
+	extra atomic.Int64
+}
+
+const (
+	windowExtraMax = 64
+	windowExtraMin = windowExtraMax / 8
+)
+
+// Size is the window of a claim of limit.
+func (w *BucketWindow) Size(limit int) int {
+	e := w.extra.Load()
+	if e == 0 {
+		e = windowExtraMax
+	}
+	return limit + int(int64(limit)*e/windowExtraMax)
+}
+
+// Claimed records that a claim of limit took got rows.
+func (w *BucketWindow) Claimed(limit, got int) {
+	if got < limit {
+		w.extra.Store(windowExtraMax)
+		return
+	}
+	e := w.extra.Load()
+	if e == 0 {
+		e = windowExtraMax
+	}
+	w.extra.Store(max(e/2, windowExtraMin))
 }

@@ -87,3 +87,25 @@ func TestBucketValidateAndNames(t *testing.T) {
 		t.Errorf("lease of bucket 2/4 %q, want orders/2", got)
 	}
 }
+
+// TestBucketWindow: a bucket's window is twice the limit at first and
+// after a claim that came back short, and shrinks by half its reach past
+// the limit with each full claim, to an eighth of the limit.
+func TestBucketWindow(t *testing.T) {
+	var w BucketWindow
+	const limit = 1000
+	for i, want := range []int{2000, 1500, 1250, 1125, 1125} {
+		if got := w.Size(limit); got != want {
+			t.Fatalf("window after %d full claims: %d, want %d", i, got, want)
+		}
+		w.Claimed(limit, limit)
+	}
+	w.Claimed(limit, limit-1)
+	if got := w.Size(limit); got != 2000 {
+		t.Fatalf("window after a short claim: %d, want 2000", got)
+	}
+	w.Claimed(limit, limit)
+	if got := w.Size(10); got != 15 {
+		t.Fatalf("window of a claim of 10: %d, want 15", got)
+	}
+}

@@ -66,9 +66,7 @@ func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		candidate = append(candidate, "NOT EXISTS (SELECT 1 FROM "+rs+".retry_state b WHERE b.source = $1 AND b.order_key = "+
 			sq.OrderKey(l, "o")+" AND b.order_key <> '' AND b.next_attempt_at > now())")
 	}
-	if in := sq.InBucket(l, "o", id+"::text", ordering, bucket); in != "" {
-		candidate = append(candidate, in)
-	}
+	in := sq.InBucket(l, "o", id+"::text", ordering, bucket)
 	var foreign string
 	if l.BatchID.Name != "" {
 		// A row another relay marked claimed within the claim timeout is
@@ -101,7 +99,10 @@ FOR UPDATE OF o SKIP LOCKED`, with, selectList, from, retryJoin, strings.Join(wh
 
 	if bucket.Split() && ordering {
 		return bucketClaim(claimParts{l: l, table: table, rs: rs, order: order, retryJoin: retryJoin, candidate: candidate,
-			foreign: foreign, xid: xid, selectList: rowSelect(l, "o", attemptsSQL(l), "o.ctid", tieSQL, "r.event_id IS NOT NULL")})
+			inBucket: in, foreign: foreign, xid: xid, selectList: rowSelect(l, "o", attemptsSQL(l), "o.ctid", tieSQL, "r.event_id IS NOT NULL")})
+	}
+	if in != "" {
+		candidate = append(candidate, inBucketSQL(in))
 	}
 	if foreign == "" || !ordering {
 		where := append([]string(nil), candidate...)

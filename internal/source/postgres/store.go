@@ -66,6 +66,8 @@ type Store struct {
 	// tell them from rows another claimer locked (a bucket's, see
 	// bucketClaim); nil for other claims.
 	own *ownRows
+	// bucketWindow sizes the window of a bucket's claims.
+	bucketWindow source.BucketWindow
 	// Fence binds claims to the lease they are made under; a batch
 	// completes only while that lease is still held (see source.Fence).
 	Fence source.Fence
@@ -190,6 +192,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		b.tx.end(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
 	}
+	if s.own != nil {
+		s.bucketWindow.Claimed(limit, len(b.rows))
+	}
 	if len(b.rows) == 0 {
 		if err := b.tx.end(ctx); err != nil {
 			return nil, fmt.Errorf("claim: rollback: %w", err)
@@ -218,8 +223,14 @@ func (t claimTx) end(ctx context.Context) error {
 	return err
 }
 
-// window is how many rows a windowed claim of limit considers.
-func (s *Store) window(limit int) int { return source.ClaimWindow(limit, s.held.Load()) }
+// window is how many rows a windowed claim of limit considers (the window
+// of a bucket's claim, see source.BucketWindow).
+func (s *Store) window(limit int) int {
+	if s.own != nil {
+		return s.bucketWindow.Size(limit)
+	}
+	return source.ClaimWindow(limit, s.held.Load())
+}
 
 // MarkPublished records the rows with ids as published, those still
 // pending (and forgets their retry state), in one transaction: the events
