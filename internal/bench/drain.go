@@ -122,7 +122,7 @@ func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, tg *target, 
 		RelaySchema: t.schema + "_relay",
 		Admin:       config.Admin{Listen: "off"},
 		Log:         config.Log{Level: "warn"},
-		Databases:   map[string]config.Database{"bench": {DSN: dsn, MaxConns: o.Pipeline*max(o.Shards, 1) + 4}},
+		Databases:   map[string]config.Database{"bench": {DSN: dsn, MaxConns: o.maxConns()}},
 		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
 		Sources:     []config.Source{t.source(tg.topic, o.BatchSize, o.Pipeline, ordering)},
 	}

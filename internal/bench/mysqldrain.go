@@ -200,13 +200,14 @@ func openMyRelay(ctx context.Context, r *myRun, tg *target, o Options, t myTable
 		RelaySchema: r.name + "_r" + t.name[strings.LastIndexByte(t.name, '_')+1:],
 		Admin:       config.Admin{Listen: "off"},
 		Log:         config.Log{Level: "warn"},
-		Databases:   map[string]config.Database{"bench": {Driver: "mysql", DSN: r.relayDSN, MaxConns: o.Pipeline + 4}},
+		Databases:   map[string]config.Database{"bench": {Driver: "mysql", DSN: r.relayDSN, MaxConns: o.maxConns()}},
 		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
 		Sources:     []config.Source{t.source(r.name, tg.topic, o.BatchSize, o.Pipeline, ordering)},
 	}
 	if len(o.Deliveries) > 0 {
 		cfg.Sources[0].Delivery = o.Deliveries[0]
 	}
+	cfg.Sources[0].Shards = max(o.Shards, 1)
 	cfg.ApplyDefaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, nil, err

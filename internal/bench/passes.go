@@ -23,6 +23,13 @@ func (o Options) maxTime() time.Duration {
 	return DefaultMaxTime
 }
 
+// maxConns is the relay's connection pool: a claim transaction for each
+// batch in flight of each bucket of the source (docs/shards.md: shards ×
+// pipeline), and a few for leases, stats and acknowledgements.
+func (o Options) maxConns() int {
+	return max(o.Shards, 1)*o.Pipeline + 4
+}
+
 // cutShort ends a measurement at the time limit: the rows drained by then
 // over the time it took are its rate.
 type cutShort struct{ elapsed time.Duration }

@@ -160,7 +160,7 @@ cut short reports the rows drained over the time taken, marked *.`,
 	f.IntVar(&o.Keys, "keys", 10_000, "distinct keys")
 	f.IntVar(&o.Sources, "sources", 1000, "idle: how many idle sources (a schema and an outbox table each)")
 	f.IntVar(&o.Replicas, "replicas", 1, "drain (PostgreSQL): relay processes sharing the source, in this process")
-	f.IntVar(&o.Shards, "shards", 1, "drain: buckets the source is split into (sources[].shards)")
+	f.IntVar(&o.Shards, "shards", 1, "drain: buckets the source is split into (sources[].shards), on PostgreSQL and MySQL")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 200, "payload size")
 	f.IntVar(&o.BatchSize, "batch-size", 1000, "claim batch size")
 	f.IntVar(&o.Pipeline, "pipeline", 2, "batches in flight")

@@ -25,7 +25,7 @@ func ClaimPlans(ctx context.Context, s *Store, limit int) ([]ClaimPlan, error) {
 	if err != nil {
 		return nil, err
 	}
-	plans := []ClaimPlan{{s.sql.window, s.windowArgs(s.window(limit))}}
+	plans := []ClaimPlan{{s.sql.window, s.windowArgs(s.window(limit), nil)}}
 	b := &batch{store: s, tx: tx}
 	q, a, err := b.claimIDsSQL(windowIDs(ids[:min(limit, len(ids))]))
 	return append(plans, ClaimPlan{q, a}), err

@@ -71,7 +71,7 @@ func (s *Store) Settle(ctx context.Context, n int, timeout time.Duration) error 
 // settleIDs is the locking read of the first n rows of the claim's window,
 // and its arguments; "" when the window is empty.
 func (s *Store) settleIDs(ctx context.Context, tx *sql.Tx, n int) (string, []any, error) {
-	win, err := s.windowRows(ctx, tx, n)
+	win, err := s.windowRows(ctx, tx, n, false)
 	if err != nil || len(win) == 0 {
 		return "", nil, err
 	}

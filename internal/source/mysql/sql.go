@@ -25,8 +25,9 @@ type statements struct {
 	// claim is the claim of a table without a window: ? source (attempts),
 	// ? source (backoff), [? source (held keys),] ? limit.
 	claim string
-	// window, when set, reads a claim's window (see windowSQL): ? source,
-	// [? source,] ? window size; claimIDs then locks rows of it by id: ?
+	// window, when set, reads a claim's window (see windowSQL): [ids in
+	// place of ownMarker,] ? source, [? source,] ? window size; claimIDs
+	// then locks rows of it by id: ?
 	// source (attempts), the ids (in place of idsMarker), ? source, [?
 	// source].
 	window, claimIDs string
@@ -237,7 +238,8 @@ func heldKeySQL(l *layout.Layout, alias, rs string) string {
 		sq.OrderKey(l, alias) + fmt.Sprintf(", %d)", maxOrderKeyLen) + binCollation + " AND b.order_key <> '' AND b.next_attempt_at > " + now + ")"
 }
 
-// windowSQL reads a claim's window (? source, [? source,] ? window): the
+// windowSQL reads a claim's window ([the ids of the store's rows in
+// flight, for a bucket,] ? source, [? source,] ? window): the
 // first pending rows in the claim's order that neither back off nor, with
 // ordering, belong to a held key, and that are in the store's bucket
 // (inBucket, "" for the whole source), read by force (the pending index,
@@ -255,8 +257,13 @@ func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Dura
 	if ordering {
 		held = "\n  AND " + heldKeySQL(l, "f", rs)
 	}
+	pending := sq.Pending(l, "f")
 	if inBucket != "" {
-		held += "\n  AND " + inBucket
+		// A bucket's window leaves out the store's rows in flight (the
+		// ids in place of ownMarker, see Store.windowRows), then hashes
+		// the key of each row before the retry state is probed for it:
+		// most of the rows it reads are other buckets'.
+		pending += ownMarker + "\n  AND " + inBucket
 	}
 	return fmt.Sprintf(`SELECT %s, %s, %s
 FROM %s f%s
@@ -265,9 +272,14 @@ WHERE %s
 ORDER BY %s, %s
 LIMIT ?`,
 		idTextSQL(l, "f"), sq.OrderKey(l, "f"), fc,
-		table, force, sq.Pending(l, "f"), rs, idTextSQL(l, "f"), binCollation, now, held,
+		table, force, pending, rs, idTextSQL(l, "f"), binCollation, now, held,
 		sq.Col("f", l.OrderBy), sq.Col("f", l.ID.Name))
 }
+
+// ownMarker stands in a bucket's window for the condition that leaves out
+// the rows of the store's batches in flight: "AND id NOT IN (...)", or
+// nothing.
+const ownMarker = "/*own*/"
 
 // idsMarker stands in claimIDs for the placeholders of the ids it locks.
 const idsMarker = "/*ids*/"

@@ -144,6 +144,8 @@ type Store struct {
 	// a window: it passes over them rather than try to lock them.
 	flightMu sync.Mutex
 	inFlight map[string]bool
+	// bucketWindow sizes the window of a bucket's claims.
+	bucketWindow source.BucketWindow
 
 	// Fence binds claims to the lease they are made under; a batch
 	// completes only while that lease is still held (see source.Fence).
@@ -234,6 +236,9 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		b.done()
 		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
 	}
+	if s.opts.Bucket.Split() {
+		s.bucketWindow.Claimed(limit, len(b.rows))
+	}
 	if len(b.rows) == 0 {
 		err := b.tx.Rollback()
 		b.done()
@@ -273,8 +278,15 @@ func (s *Store) claimArgs(limit int) []any {
 	return append(args, limit)
 }
 
-// window is how many rows a windowed claim of limit considers.
-func (s *Store) window(limit int) int { return source.ClaimWindow(limit, s.held.Load()) }
+// window is how many rows a windowed claim of limit considers. The window
+// of a bucket's claim leaves out the store's rows in flight (see
+// source.BucketWindow).
+func (s *Store) window(limit int) int {
+	if s.opts.Bucket.Split() {
+		return s.bucketWindow.Size(limit)
+	}
+	return source.ClaimWindow(limit, s.held.Load())
+}
 
 // claim runs the claim in the batch's transaction and decodes its rows.
 func (b *batch) claim(ctx context.Context, limit int) error {
@@ -362,7 +374,7 @@ func (b *batch) read(ctx context.Context, q string, args ...any) error {
 // expires it is claimed here, first). Every row before a claimable row is
 // in the window, so the window decides.
 func (s *Store) claimable(ctx context.Context, tx *sql.Tx, limit int) ([]windowRow, error) {
-	win, err := s.windowRows(ctx, tx, s.window(limit))
+	win, err := s.windowRows(ctx, tx, s.window(limit), true)
 	if err != nil {
 		return nil, err
 	}
@@ -397,18 +409,35 @@ type windowRow struct {
 	claimed bool
 }
 
-// windowArgs are the window statement's arguments for a window of n rows.
-func (s *Store) windowArgs(n int) []any {
-	args := []any{s.opts.Source}
+// windowArgs are the window statement's arguments for a window of n rows,
+// after those of own.
+func (s *Store) windowArgs(n int, own []any) []any {
+	args := append(own, s.opts.Source)
 	if s.opts.Ordering {
 		args = append(args, s.opts.Source)
 	}
 	return append(args, n)
 }
 
-// windowRows reads the first n rows of the claim's window, in its order.
-func (s *Store) windowRows(ctx context.Context, tx *sql.Tx, n int) ([]windowRow, error) {
-	rows, err := tx.QueryContext(ctx, s.sql.window, s.windowArgs(n)...)
+// windowRows reads the first n rows of the claim's window, in its order;
+// a bucket's window without the store's rows in flight when passOwn.
+func (s *Store) windowRows(ctx context.Context, tx *sql.Tx, n int, passOwn bool) ([]windowRow, error) {
+	q := s.sql.window
+	var own []any
+	if s.opts.Bucket.Split() {
+		if passOwn {
+			var err error
+			if own, err = s.ownIDs(); err != nil {
+				return nil, err
+			}
+		}
+		not := ""
+		if len(own) > 0 {
+			not = "\n  AND " + sq.Col("f", s.opts.Layout.ID.Name) + " NOT IN (" + placeholders(len(own), s.idWrap()) + ")"
+		}
+		q = strings.Replace(q, ownMarker, not, 1)
+	}
+	rows, err := tx.QueryContext(ctx, q, s.windowArgs(n, own)...)
 	if err != nil {
 		return nil, err
 	}
@@ -422,6 +451,22 @@ func (s *Store) windowRows(ctx context.Context, tx *sql.Tx, n int) ([]windowRow,
 		out = append(out, r)
 	}
 	return out, rows.Err()
+}
+
+// ownIDs are the ids of the rows of the store's batches in flight, as
+// arguments.
+func (s *Store) ownIDs() ([]any, error) {
+	s.flightMu.Lock()
+	defer s.flightMu.Unlock()
+	ids := make([]any, 0, len(s.inFlight))
+	for id := range s.inFlight {
+		v, err := s.idArg(id)
+		if err != nil {
+			return nil, fmt.Errorf("id %q: %w", id, err)
+		}
+		ids = append(ids, v)
+	}
+	return ids, nil
 }
 
 // track adds the rows of a claimed batch to those in flight (add) or takes

@@ -211,3 +211,31 @@ func (s *suite) testBucketOwnBatches(t *testing.T) {
 		t.Errorf("the second claim took %d later rows of key %s, want its 2 later rows: the store's own batch held the key", len(want), head.OrderKey)
 	}
 }
+
+// testBucketWindowPassesOwnBatches: the window of a bucket's claim leaves
+// out the rows of the store's own batches in flight (it is sized for the
+// claim alone, see source.BucketWindow): a store holding a full batch
+// still claims a full batch, the next rows of its bucket.
+func (s *suite) testBucketWindowPassesOwnBatches(t *testing.T) {
+	tbl, src := s.newTable(t)
+	const n = 16
+	bk := source.Bucket{Index: 0, Count: 2}
+	tbl.Insert(t, s.bucketRows(4*n, 2, 1300)...)
+	st := tbl.Open(t, Options{Source: src, Ordering: true, Bucket: bk})
+	var held []string
+	for i := range 3 {
+		b := claim(t, st, n)
+		defer release(t, b)
+		inBucket(t, b, bk, true)
+		got := ids(b)
+		if len(got) != n {
+			t.Fatalf("claim %d took %d rows while the store held %d: want a full batch of %d", i+1, len(got), len(held), n)
+		}
+		for _, id := range got {
+			if slices.Contains(held, id) {
+				t.Fatalf("claim %d took row %s, which the store holds already", i+1, id)
+			}
+		}
+		held = append(held, got...)
+	}
+}

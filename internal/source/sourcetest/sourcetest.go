@@ -81,6 +81,7 @@ func Run(t *testing.T, h Harness) {
 				{"BucketsPartitionTheSource", s.testBucketsPartition},
 				{"BucketCountChangeKeepsKeyOrder", s.testBucketCountChange},
 				{"BucketOwnBatchesHoldNoKey", s.testBucketOwnBatches},
+				{"BucketWindowPassesOwnBatches", s.testBucketWindowPassesOwnBatches},
 				{"PrivilegesAsCheckReports", s.testPrivileges},
 				{"DeadLetterListFilters", s.testDeadLetterList},
 				{"ReplayPutsRowBackPending", s.testReplay},
