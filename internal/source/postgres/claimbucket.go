@@ -25,8 +25,9 @@ type claimParts struct {
 }
 
 // bucketClaim is the claim of one bucket of a source, with ordering: $1
-// source, $2 limit, $3 window, $4 the addresses of the rows the store's
-// batches in flight hold, then the lease ($5 shard, owner, term) in fenced.
+// source, $2 limit, $3 window (see source.BucketWindow), $4 the addresses
+// of the rows the store's batches in flight hold, then the lease ($5 shard,
+// owner, term) in fenced.
 //
 // While the shard count of a source changes, the holders of the old and of
 // the new buckets claim side by side: a key of bucket 1/4 is a key of bucket
@@ -44,8 +45,10 @@ type claimParts struct {
 // claim passes over without hashing them:
 //
 //   - s is where the bucket's rows that nothing locks begin: its first
-//     candidate whose row no transaction running as of the statement's
-//     snapshot locks (lockedSQL), found hashing only the rows nothing locks;
+//     candidate that no running transaction locks (lockedSQL) and that is
+//     not the store's own (the rows of a batch that ended after the
+//     statement's snapshot are not locked any more, and are still seen),
+//     found hashing only the other rows;
 //   - h are the keys that the rows before s hold: every candidate there of
 //     the bucket is locked, and a locked row (one with an xmax: more than
 //     needed) of a key of the window holds it, but the store's own;
@@ -162,10 +165,12 @@ ORDER BY m.claim_n`, strings.Join(list, ",\n  "), p.table, p.retryJoin, where, s
 const lockedSQL = "o.xmax IN (SELECT xid(x) FROM pg_snapshot_xip(pg_current_snapshot()) x " +
 	"UNION ALL SELECT a.backend_xid FROM pg_stat_activity a WHERE a.backend_xid IS NOT NULL)"
 
-// inBucketSQL is the condition that the row at o is in the bucket (in, see
-// sqlcore's InBucket) and not locked by another running transaction: rows
-// locked (the batches in flight of every bucket) are passed over before
-// their key is hashed, which costs more than the rest of reading a row.
+// inBucketSQL is the condition, for the claim of a bucket with ordering
+// off, that the row at o is in the bucket (in, see sqlcore's InBucket) and
+// not locked by a running transaction: rows locked (the batches in flight
+// of every bucket, which the claim could not lock anyway) are passed over
+// before their key is hashed, which costs more than the rest of reading a
+// row.
 func inBucketSQL(in string) string {
 	return "CASE WHEN " + lockedSQL + " THEN false ELSE " + in + " END"
 }
