@@ -35,16 +35,6 @@ func (a *App) runLeased(ctx context.Context, s *Source, sh Shard, r *runningShar
 	o.Balancer = a.balancer(s.Config.Database)
 	first := sh.Bucket.Index == 0
 	a.leasesOf(s.Config.Database).Hold(ctx, o, func(ctx context.Context) {
-		// Each holding's start and end, with its term: the history of
-		// who relayed what, when.
-		term := int64(0)
-		if o.Fence != nil {
-			if l := o.Fence.Get(); l != nil {
-				term = l.Term
-			}
-		}
-		log.Info("relaying", "term", term)
-		defer log.Info("stopped relaying", "term", term)
 		r.holding()
 		w := build(sh)
 		r.set(w)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -93,12 +94,19 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 		wctx, stop := context.WithCancel(ctx)
 		renewed := make(chan struct{})
 		successor := ""
-		lost := func() { held = false; stop() }
+		// The history of holdings: "relaying" when the work starts, and
+		// "stopped relaying" when the holding ends: at once when the lease
+		// is found lost (the work may take a while to wind down, its
+		// completions fenced), else once the work has returned, before the
+		// lease is handed over or released.
+		var endOnce sync.Once
+		ended := func() { endOnce.Do(func() { log.Info("stopped relaying", "term", ls.Term) }) }
+		lost := func() { held = false; ended(); stop() }
 		if b != nil {
 			h := b.hold(ls)
 			go func() {
 				defer close(renewed)
-				successor = b.keep(wctx, h, log, lost)
+				successor = b.keep(wctx, h, log, lost, stop)
 			}()
 		} else {
 			go func() {
@@ -117,7 +125,9 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 			if o.Fence != nil {
 				o.Fence.Set(ls)
 			}
+			log.Info("relaying", "term", ls.Term)
 			work(wctx)
+			ended()
 			if o.Fence != nil {
 				o.Fence.Set(nil)
 			}
@@ -216,10 +226,10 @@ func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *sl
 }
 
 // keep watches a lease the balancer renews until ctx ends: it calls lost
-// when a renewal found the lease taken, when none succeeded for half the
-// TTL (the trust window), or when the census hands the shard over, and
-// then returns the successor ("" but for a hand-over).
-func (b *Balancer) keep(ctx context.Context, h *holding, log *slog.Logger, lost func()) string {
+// when a renewal found the lease taken or none succeeded for half the TTL
+// (the trust window), and handing when the census hands the shard over,
+// and then returns the successor ("" but for a hand-over).
+func (b *Balancer) keep(ctx context.Context, h *holding, log *slog.Logger, lost, handing func()) string {
 	t := time.NewTicker(b.ttl / 12)
 	defer t.Stop()
 	for {
@@ -227,7 +237,7 @@ func (b *Balancer) keep(ctx context.Context, h *holding, log *slog.Logger, lost 
 		case <-ctx.Done():
 			return ""
 		case successor := <-h.giveUp:
-			lost()
+			handing()
 			return successor
 		case <-h.lost:
 			log.Warn("lease lost to another replica; stopping", "term", h.ls.Term)
