@@ -67,8 +67,10 @@ type hold struct {
 }
 
 // holdHistory reads, from each process's log, when it started relaying a
-// shard and when it stopped; a holding that never logged its end ends when
-// the test killed its process.
+// shard and when it stopped (for a lease found lost, the end of its last
+// renewal's TTL when that came first: the holder had stopped holding
+// before it noticed); a holding that never logged its end ends when the
+// test killed its process.
 func holdHistory(t *testing.T, procs []*relayProcess, killedAt map[int]time.Time) []hold {
 	t.Helper()
 	var out []hold
@@ -103,6 +105,17 @@ func holdHistory(t *testing.T, procs []*relayProcess, killedAt map[int]time.Time
 				t.Fatalf("pid %d stopped relaying %s it had not started", pid, shard)
 			}
 			h.end = at
+			// A holder that found its lease lost late (starved of CPU)
+			// says until when its last renewal held it.
+			if u := f["held_until"]; u != "" {
+				until, err := time.Parse(time.RFC3339Nano, u)
+				if err != nil {
+					t.Fatalf("pid %d: held_until %q: %v", pid, u, err)
+				}
+				if until.Before(at) {
+					h.end = until
+				}
+			}
 			out = append(out, *h)
 			delete(open, shard)
 		}

@@ -101,7 +101,19 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 		// lease is handed over or released.
 		var endOnce sync.Once
 		ended := func() { endOnce.Do(func() { log.Info("stopped relaying", "term", ls.Term) }) }
-		lost := func() { held = false; ended(); stop() }
+		// A lease found lost was held at most until its last renewal's
+		// TTL ran out (a starved or frozen holder notices late): the log
+		// says so, for the history of holdings.
+		lost := func(until time.Time) {
+			held = false
+			endOnce.Do(func() {
+				if now := time.Now(); now.Before(until) {
+					until = now
+				}
+				log.Info("stopped relaying", "term", ls.Term, "held_until", until.UTC().Format(time.RFC3339Nano))
+			})
+			stop()
+		}
 		if b != nil {
 			h := b.hold(ls)
 			go func() {
@@ -197,7 +209,7 @@ func (l *Leases) handOver(ctx context.Context, o HoldOptions, ls *Lease, log *sl
 // keep renews the lease until ctx ends; it calls lost when the lease is
 // gone or could not be renewed for half its TTL (the trust window: a holder
 // stops before its lease can have expired and been taken over).
-func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *slog.Logger, lost func()) {
+func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *slog.Logger, lost func(until time.Time)) {
 	t := time.NewTicker(ttl / 3)
 	defer t.Stop()
 	last := time.Now()
@@ -207,19 +219,20 @@ func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *sl
 			return
 		case <-t.C:
 		}
+		at := time.Now()
 		ok, err := l.Renew(ctx, ls, ttl)
 		switch {
 		case ctx.Err() != nil:
 			return // the work stopped: Hold goes on
 		case err == nil && ok:
-			last = time.Now()
+			last = at
 		case err == nil:
 			log.Warn("lease lost to another replica; stopping", "term", ls.Term)
-			lost()
+			lost(last.Add(ttl))
 			return
 		case time.Since(last) > ttl/2:
 			log.Error("lease could not be renewed; stopping", "err", err)
-			lost()
+			lost(last.Add(ttl))
 			return
 		}
 	}
@@ -229,7 +242,7 @@ func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *sl
 // when a renewal found the lease taken or none succeeded for half the TTL
 // (the trust window), and handing when the census hands the shard over,
 // and then returns the successor ("" but for a hand-over).
-func (b *Balancer) keep(ctx context.Context, h *holding, log *slog.Logger, lost, handing func()) string {
+func (b *Balancer) keep(ctx context.Context, h *holding, log *slog.Logger, lost func(until time.Time), handing func()) string {
 	t := time.NewTicker(b.ttl / 12)
 	defer t.Stop()
 	for {
@@ -241,12 +254,12 @@ func (b *Balancer) keep(ctx context.Context, h *holding, log *slog.Logger, lost,
 			return successor
 		case <-h.lost:
 			log.Warn("lease lost to another replica; stopping", "term", h.ls.Term)
-			lost()
+			lost(b.renewedAt(h).Add(b.ttl))
 			return ""
 		case <-t.C:
 			if since := time.Since(b.renewedAt(h)); since > b.ttl/2 {
 				log.Error("lease could not be renewed; stopping", "unrenewed_for", since.Round(time.Millisecond))
-				lost()
+				lost(b.renewedAt(h).Add(b.ttl))
 				return ""
 			}
 		}
