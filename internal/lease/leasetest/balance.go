@@ -3,7 +3,9 @@ package leasetest
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"maps"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -203,7 +205,8 @@ func testRenewAll(t *testing.T, h Harness) {
 
 // testBalancedHoldStopsWhenLost: under a balancer, whose one statement
 // renews the process's leases, a holder whose lease was taken stops its
-// work at the next renewal.
+// work at the next renewal, told by the renewal (not by its trust window
+// running out, which would stop it too, later).
 func testBalancedHoldStopsWhenLost(t *testing.T, h Harness) {
 	env := h.NewEnv(t, 0)
 	const ttl = 900 * time.Millisecond
@@ -214,12 +217,35 @@ func testBalancedHoldStopsWhenLost(t *testing.T, h Harness) {
 	bal := lease.NewBalancer(a.Leases(), ttl, nil)
 	wg.Go(func() { bal.Run(ctx) })
 	started, stopped := make(chan struct{}, 1), make(chan struct{}, 1)
+	logged := &lines{}
 	wg.Go(func() {
-		a.Leases().Hold(ctx, lease.HoldOptions{Shard: "s", TTL: ttl, Table: env.Table(), Balancer: bal},
+		a.Leases().Hold(ctx, lease.HoldOptions{Shard: "s", TTL: ttl, Table: env.Table(), Balancer: bal,
+			Logger: slog.New(slog.NewTextHandler(logged, nil))},
 			func(ctx context.Context) { started <- struct{}{}; <-ctx.Done(); stopped <- struct{}{} })
 	})
 	within(t, started, 10*time.Second, "a's work starts")
 	env.ExpireAll(t)
 	acquire(t, b, "s", time.Minute, 2, a.Name())
 	within(t, stopped, 5*time.Second, "a's work stops once its lease is taken")
+	if out := logged.String(); !strings.Contains(out, "lease lost to another replica; stopping") {
+		t.Fatalf("a stopped without a renewal finding its lease taken:\n%s", out)
+	}
+}
+
+// lines is a log destination safe for concurrent writes.
+type lines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
