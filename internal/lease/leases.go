@@ -108,9 +108,16 @@ func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration, r
 		ok, err = l.store.Renew(ctx, &RenewParams{Shard: shard, Owner: l.owner, Term: row.Term, TTL: ttl, Expired: true})
 	case stepTake:
 		// A change of owner adds the previous one to the owners whose
-		// claims may still be open.
+		// claims may still be open, unless it handed the lease over: it
+		// did so once its work on the shard had ended, and ending its
+		// sessions now would end its claims on its other shards of the
+		// same table (a split source's buckets).
 		ls.Term, ls.PreviousOwner = row.Term+1, row.Owner
-		ls.Unended = NextUnended(SplitOwners(row.Unended), row.Owner, l.owner)
+		prev := row.Owner
+		if row.Successor != "" {
+			prev = ""
+		}
+		ls.Unended = NextUnended(SplitOwners(row.Unended), prev, l.owner)
 		ok, err = l.store.Take(ctx, &TakeParams{Shard: shard, Holder: row.Owner, Term: row.Term, Owner: l.owner,
 			TTL: ttl, Unended: JoinOwners(ls.Unended)})
 	default:

@@ -71,7 +71,12 @@ func testHandOverReserved(t *testing.T, h Harness) {
 	if r := row(0); r.Reserved {
 		t.Fatalf("a reservation of no time still holds: %+v", r)
 	}
-	acquire(t, b, "s", time.Minute, 2, a.Name())
+	lb := acquire(t, b, "s", time.Minute, 2, a.Name())
+	// a handed it over once its work had ended: its sessions are not
+	// ended (they may hold claims of its other shards on the table).
+	if len(lb.Unended) != 0 {
+		t.Fatalf("the successor is to end %v, want none after a hand-over", lb.Unended)
+	}
 	if r := row(time.Minute); r.Reserved || r.Successor != "" {
 		t.Fatalf("taken by its successor, the lease still names one: %+v", r)
 	}
