@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -263,8 +264,12 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 	if err != nil {
 		return nil, err
 	}
+	prio, err := eventPriority(cs.EventPriority, l, cols)
+	if err != nil {
+		return nil, fmt.Errorf("%s.event_priority.%w", path, err)
+	}
 	params := driver.SourceParams{Source: name, Layout: l, Ordering: cs.Ordering == nil || *cs.Ordering,
-		ClaimTimeout: cs.ClaimTimeout.D(), Metrics: a.metrics}
+		ClaimTimeout: cs.ClaimTimeout.D(), Priority: prio, Metrics: a.metrics}
 	st, err := t.Open(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("%s.%w", path, err)
@@ -283,6 +288,26 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 		s.ClaimAdvice = ca.ClaimAdvice()
 	}
 	return s, nil
+}
+
+// eventPriority is a source's event priority (nil for none) against its
+// table: its column, the layout's event type unless it names one, must be
+// one of the table's. An error starts with the field it is about.
+func eventPriority(e *config.EventPriority, l *layout.Layout, cols []layout.Column) (*source.Priority, error) {
+	if e == nil {
+		return nil, nil
+	}
+	col := e.Column
+	if col == "" {
+		if col = l.EventType; col == "" {
+			return nil, errors.New("column: the layout has no event_type column: name the column whose value is matched")
+		}
+	}
+	if !slices.ContainsFunc(cols, func(c layout.Column) bool { return c.Name == col }) {
+		return nil, fmt.Errorf("column: the table has no column %q", col)
+	}
+	p := &source.Priority{Column: col, Classes: e.Classes, Lookahead: e.Lookahead}
+	return p, p.Validate()
 }
 
 // fieldErr prefixes a layout field error with the source's path.

@@ -218,11 +218,17 @@ type Source struct {
 	// Priority orders the claims of the sources of one database when they
 	// wait for its connections: a source of higher priority claims first;
 	// sources of equal priority take turns, a batch each. Default 0.
-	Priority    int     `yaml:"priority"`
-	Ordering    *bool   `yaml:"ordering"`     // per-key order, default true
-	MaxAttempts int     `yaml:"max_attempts"` // default 10
-	Backoff     Backoff `yaml:"backoff"`
-	Poll        Poll    `yaml:"poll"`
+	Priority int `yaml:"priority"`
+	// EventPriority has the source's claims take some events first:
+	// those whose column matches the first class, then the second, and so
+	// on, the others last. With ordering, an event is taken together with
+	// the earlier events of its key, never before them. A claim looks
+	// among the first lookahead pending events, in the source's order.
+	EventPriority *EventPriority `yaml:"event_priority"`
+	Ordering      *bool          `yaml:"ordering"`     // per-key order, default true
+	MaxAttempts   int            `yaml:"max_attempts"` // default 10
+	Backoff       Backoff        `yaml:"backoff"`
+	Poll          Poll           `yaml:"poll"`
 	// Notify is auto|on|off: LISTEN for wake-ups (auto: when the trigger is
 	// there or can be installed). Default auto.
 	Notify string `yaml:"notify"`
@@ -255,6 +261,25 @@ type Source struct {
 	MaxInFlight int `yaml:"max_in_flight"`
 	// Retention, when set, has the running relay delete old settled rows.
 	Retention *Retention `yaml:"retention"`
+}
+
+// EventPriority has a source's claims take some of its events before the
+// others: those whose column matches the first class, then the second,
+// and so on; events that match none come last. With ordering, an event is
+// taken together with the earlier events of its key, never before them.
+// A claim looks for them among the first lookahead pending events of the
+// source, in its order: the events beyond wait their turn.
+type EventPriority struct {
+	// Column is the column matched, as text. Default: the layout's
+	// event_type column.
+	Column string `yaml:"column"`
+	// Classes are patterns, the most urgent first: "*" stands for any run
+	// of characters ("kitchen.task.*"), the rest is matched exactly,
+	// case included.
+	Classes []string `yaml:"classes"`
+	// Lookahead is how many pending events a claim considers. Default:
+	// 10 times batch_size.
+	Lookahead int `yaml:"lookahead"`
 }
 
 // Readiness are the thresholds past which a source is stuck.

@@ -75,6 +75,17 @@ var goodFixtures = map[string]struct {
 			}
 		},
 	},
+	"event_priority.good.yaml": {
+		check: func(t *testing.T, c *Config) {
+			k, s := c.Sources[0].EventPriority, c.Sources[1].EventPriority
+			if k.Lookahead != 2000 || k.Column != "" || len(k.Classes) != 2 {
+				t.Errorf("kitchen: %+v, want two classes, the layout's column and a lookahead of 10 batches (2000)", *k)
+			}
+			if s.Lookahead != 900 || s.Column != "topic" {
+				t.Errorf("split: %+v, want lookahead 900 on column topic", *s)
+			}
+		},
+	},
 	"database_url.good.yaml": {
 		env: map[string]string{"DATABASE_URL": "postgres://from-url/app"},
 		check: func(t *testing.T, c *Config) {
@@ -114,6 +125,12 @@ var badFixtures = map[string][]string{
 		`source "orders": sources[0].shards: must be between 1 and 256, got 0`,
 		`source "billing": sources[1].shards: must be between 1 and 256, got 300`,
 		`source "payments": sources[2].shards: not with delivery exactly_once (one transactional producer serves the whole source), got 4`,
+	},
+	"event_priority.bad.yaml": {
+		`source "split": sources[0].event_priority: not with shards (4) and ordering: a bucket's claim does not rank its rows`,
+		`source "empty": sources[1].event_priority.classes: want 1 to 16 patterns, got 0`,
+		`source "everything": sources[2].event_priority.classes[1]: "**" matches every event: list the urgent ones`,
+		`source "everything": sources[2].event_priority.lookahead: must be between 1 and 1000000, got -1`,
 	},
 	"bad_circuit.bad.yaml": {
 		`sinks.k.circuit.failures: must be at least 1, got 0`,

@@ -149,6 +149,9 @@ func (c *Config) sourceDefaults(d defaulter, i int) {
 	d.int(&s.BatchSize, p+".batch_size", DefaultBatchSize)
 	d.int(&s.Pipeline, p+".pipeline", DefaultPipeline)
 	d.int(&s.Shards, p+".shards", 1)
+	if s.EventPriority != nil {
+		d.int(&s.EventPriority.Lookahead, p+".event_priority.lookahead", 10*s.BatchSize)
+	}
 	d.int(&s.MaxAttempts, p+".max_attempts", DefaultMaxAttempts)
 	d.dur(&s.Backoff.Initial, p+".backoff.initial", DefaultBackoffInitial)
 	d.dur(&s.Backoff.Max, p+".backoff.max", DefaultBackoffMax)

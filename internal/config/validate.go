@@ -28,6 +28,12 @@ const (
 	MaxBatchSize   = 10000
 	MaxPipeline    = 64
 	MaxMaxAttempts = 1000
+	// MaxPriorityClasses is the most classes an event priority lists
+	// (source.MaxPriorityClasses).
+	MaxPriorityClasses = 16
+	// MaxLookahead is the most pending events a claim under an event
+	// priority considers.
+	MaxLookahead = 1_000_000
 	// MaxShards is the most buckets a source is split into (source.MaxBuckets).
 	MaxShards = 256
 )
@@ -229,6 +235,9 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 	between(ps, p+".shards", s.Shards, 1, MaxShards)
 	if s.Shards > 1 && s.IsQueue() {
 		ps.add(p+".shards", "a queue (state mode queue) dispatches one event per participant at a time from one worker; it is not split, got %d", s.Shards)
+	}
+	if s.EventPriority != nil {
+		validateEventPriority(ps, p, s)
 	}
 	between(ps, p+".max_attempts", s.MaxAttempts, 1, MaxMaxAttempts)
 	ordered(ps, p+".backoff", "initial", "max", s.Backoff.Initial, s.Backoff.Max)
@@ -465,4 +474,25 @@ func (c *Config) validateDelivery(ps *problems, p string, s *Source) {
 	if s.MaxInFlight > 0 {
 		ps.add(p+".max_in_flight", "not with delivery exactly_once (a batch is one transaction)")
 	}
+}
+
+// validateEventPriority checks sources[i].event_priority (p is sources[i]).
+func validateEventPriority(ps *problems, p string, s *Source) {
+	e := s.EventPriority
+	p += ".event_priority"
+	if s.IsQueue() {
+		ps.add(p, "a queue (state mode queue) dispatches each participant's events in sequence, due first; it has no priority between events")
+	}
+	if s.Shards > 1 && (s.Ordering == nil || *s.Ordering) {
+		ps.add(p, "not with shards (%d) and ordering: a bucket's claim does not rank its rows", s.Shards)
+	}
+	if len(e.Classes) == 0 || len(e.Classes) > MaxPriorityClasses {
+		ps.add(p+".classes", "want 1 to %d patterns, got %d", MaxPriorityClasses, len(e.Classes))
+	}
+	for j, c := range e.Classes {
+		if strings.Trim(c, "*") == "" {
+			ps.add(fmt.Sprintf("%s.classes[%d]", p, j), "%q matches every event: list the urgent ones", c)
+		}
+	}
+	between(ps, p+".lookahead", e.Lookahead, 1, MaxLookahead)
 }

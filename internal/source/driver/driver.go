@@ -92,6 +92,9 @@ type SourceParams struct {
 	// Bucket is the part of the source the store claims (sources[].shards);
 	// the zero value is the whole source.
 	Bucket source.Bucket
+	// Priority, when set, has the claims take some rows first (see
+	// source.Priority).
+	Priority *source.Priority
 	// Metrics is the process's metrics, for stores that keep their own
 	// (a dispatch queue's).
 	Metrics *metrics.Metrics

@@ -125,7 +125,7 @@ func (tb *myTable) Open(t *testing.T, o sourcetest.Options) sourcetest.Store {
 	db.SetMaxOpenConns(4)
 	s := &myStore{
 		Store: New(db, Options{Source: o.Source, Table: tb.table, RelayDatabase: tb.h.relayDB, Layout: tb.layout, Ordering: o.Ordering,
-			ClaimTimeout: o.ClaimTimeout, Bucket: o.Bucket}),
+			ClaimTimeout: o.ClaimTimeout, Bucket: o.Bucket, Priority: o.Priority}),
 		admin: tb.h.db, owner: owner,
 	}
 	t.Cleanup(func() {

@@ -44,3 +44,9 @@ var sq = sqlcore.SQL{D: dialect{}}
 
 // asText renders an expression as utf8mb4 text.
 func asText(expr string) string { return dialect{}.Text(expr) }
+
+// Like compares the bytes: LIKE under the column's collation would match
+// regardless of case (and, on some collations, of accents).
+func (dialect) Like(text, pattern string) string {
+	return "CAST(" + text + " AS BINARY) LIKE CAST(" + pattern + " AS BINARY) ESCAPE '" + sqlcore.LikeEscape + "'"
+}

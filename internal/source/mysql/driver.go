@@ -162,7 +162,7 @@ func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.
 		return nil, fmt.Errorf("table: %w", err)
 	}
 	opts := Options{Source: p.Source, Table: t.t, RelayDatabase: t.db.relayDB, Layout: p.Layout,
-		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout, ClaimIndex: index, PendingIndex: pending, Bucket: p.Bucket}
+		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout, ClaimIndex: index, PendingIndex: pending, Bucket: p.Bucket, Priority: p.Priority}
 	if err := opts.Validate(); err != nil {
 		return nil, err
 	}

@@ -99,7 +99,7 @@ func goldenSQL(ctx context.Context, t *testing.T, st *Store, index, pending stri
 	var f sourcetest.SQLFile
 	add := f.Add
 	for _, ordering := range []bool{true, false} {
-		s := buildStatements(l, tbl.String(), relayDB, ordering, 60*time.Second, index, pending, source.Bucket{})
+		s := buildStatements(l, tbl.String(), relayDB, ordering, 60*time.Second, index, pending, source.Bucket{}, nil)
 		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
 		add("claim, "+o, s.claim)
 		add("claim's window, "+o, s.window)
@@ -140,7 +140,7 @@ func goldenSQL(ctx context.Context, t *testing.T, st *Store, index, pending stri
 		q, args := listFailedSQL(relayDB, df.Filter)
 		add(fmt.Sprintf("dead letters: list, %s (args %v)", df.Name, args), q)
 	}
-	s := buildStatements(l, tbl.String(), relayDB, true, 60*time.Second, index, pending, source.Bucket{})
+	s := buildStatements(l, tbl.String(), relayDB, true, 60*time.Second, index, pending, source.Bucket{}, nil)
 	sets := s.pendingValues
 	if reset, err := st.errorReset(ctx); err != nil {
 		t.Fatal(err)
@@ -171,7 +171,7 @@ func goldenSQL(ctx context.Context, t *testing.T, st *Store, index, pending stri
 func goldenBucketSQL(l *layout.Layout, tbl Table, index, pending string) string {
 	var f sourcetest.SQLFile
 	for _, ordering := range []bool{true, false} {
-		s := buildStatements(l, tbl.String(), "outbox_relay", ordering, 60*time.Second, index, pending, source.Bucket{Index: 1, Count: 4})
+		s := buildStatements(l, tbl.String(), "outbox_relay", ordering, 60*time.Second, index, pending, source.Bucket{Index: 1, Count: 4}, nil)
 		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
 		f.Add("claim's window, bucket 1/4, "+o, s.window)
 		f.Add("claim of the window's rows, bucket 1/4, "+o, s.claimIDs)

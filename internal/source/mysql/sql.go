@@ -114,7 +114,7 @@ func idValueSQL(l *layout.Layout, expr string) string {
 
 const now = "UTC_TIMESTAMP(6)"
 
-func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, claimTimeout time.Duration, index, pendingIndex string, bucket source.Bucket) statements {
+func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, claimTimeout time.Duration, index, pendingIndex string, bucket source.Bucket, prio *source.Priority) statements {
 	rs := QuoteIdent(relayDB)
 	var s statements
 	// The retry state is read in subqueries, never joined: a locking read
@@ -156,7 +156,7 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 		orderBy += ", " + sq.Col("o", l.ID.Name)
 	}
 	foreign := l.BatchID.Name != "" && ordering
-	if pendingIndex != "" || foreign || bucket.Split() {
+	if pendingIndex != "" || foreign || bucket.Split() || prio != nil {
 		// The claim reads a window first (a plain read, locking nothing),
 		// then locks rows of it by their ids (see Store.claimWindow): the
 		// rows a claim considers are the window's, read by an index that
@@ -174,7 +174,10 @@ func buildStatements(l *layout.Layout, table, relayDB string, ordering bool, cla
 		// A bucket's claims read their window through it too: the window
 		// keeps the bucket's rows, and the claim tells the rows it could
 		// not lock (see Store.claim).
-		s.window = windowSQL(l, table, rs, winForce, claimTimeout, ordering, foreign, sq.InBucket(l, "f", idTextSQL(l, "f"), ordering, bucket))
+		s.window = windowSQL(l, table, rs, winForce, claimTimeout, ordering, foreign, sq.InBucket(l, "f", idTextSQL(l, "f"), ordering, bucket), prio)
+		if prio != nil {
+			s.window = rankedWindowSQL(s.window, ordering)
+		}
 		s.claimIDs = fmt.Sprintf(`SELECT %s
 FROM %s o FORCE INDEX (PRIMARY)
 WHERE %s IN (`+idsMarker+`)
@@ -246,7 +249,12 @@ func heldKeySQL(l *layout.Layout, alias, rs string) string {
 // else the claim's), locking nothing, with each row's id as text, its order
 // key and whether another relay holds it claimed (always false unless
 // foreign).
-func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Duration, ordering, foreign bool, inBucket string) string {
+func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Duration, ordering, foreign bool, inBucket string, prio *source.Priority) string {
+	more := ""
+	if prio != nil {
+		// For rankedWindowSQL: the row's place in the order, and its class.
+		more = ", " + sq.Col("f", l.OrderBy) + " AS o0, " + sq.Col("f", l.ID.Name) + " AS o1, " + sq.ClassRank("f", prio) + " AS cls"
+	}
 	fc := "FALSE"
 	if foreign {
 		claimed := sq.Col("f", l.ClaimedAt.Name)
@@ -265,15 +273,28 @@ func windowSQL(l *layout.Layout, table, rs, force string, claimTimeout time.Dura
 		// most of the rows it reads are other buckets'.
 		pending += ownMarker + "\n  AND " + inBucket
 	}
-	return fmt.Sprintf(`SELECT %s, %s, %s
+	return fmt.Sprintf(`SELECT %s AS id, %s AS k, %s AS fc%s
 FROM %s f%s
 WHERE %s
   AND NOT EXISTS (SELECT 1 FROM %s.retry_state r WHERE r.source = ? AND r.event_id = %s%s AND r.next_attempt_at > %s)%s
 ORDER BY %s, %s
 LIMIT ?`,
-		idTextSQL(l, "f"), sq.OrderKey(l, "f"), fc,
+		idTextSQL(l, "f"), sq.OrderKey(l, "f"), fc, more,
 		table, force, pending, rs, idTextSQL(l, "f"), binCollation, now, held,
 		sq.Col("f", l.OrderBy), sq.Col("f", l.ID.Name))
+}
+
+// rankedWindowSQL reads window (windowSQL's, with a priority) ranked by
+// the priority (see source.Priority): its rows by their rank, then in the
+// claim's order; with ordering, a row's rank is the best of its key's rows
+// from it on (sqlcore's EffectiveRank), so that every row of a key still
+// comes after the earlier ones.
+func rankedWindowSQL(window string, ordering bool) string {
+	rank := "cls"
+	if ordering {
+		rank = sqlcore.EffectiveRank("cls", "k", []string{"o0", "o1"})
+	}
+	return fmt.Sprintf("SELECT id, k, fc FROM (\nSELECT id, k, fc, o0, o1, %s AS rnk FROM (\n%s\n) w\n) p\nORDER BY rnk, o0, o1", rank, window)
 }
 
 // ownMarker stands in a bucket's window for the condition that leaves out

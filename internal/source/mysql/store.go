@@ -49,6 +49,9 @@ type Options struct {
 	// Bucket is the part of the source the store claims (see
 	// source.Bucket); the zero value is the whole source.
 	Bucket source.Bucket
+	// Priority, when set, has the claims take some rows first (see
+	// source.Priority); not with a bucket of a source, with ordering.
+	Priority *source.Priority
 }
 
 // Validate checks every identifier the store will put in SQL; the error
@@ -90,6 +93,9 @@ func (o Options) Validate() error {
 		{"layout.retry_count", l.RetryCount}, {"layout.max_retries", l.MaxRetries}, {"layout.error", l.Error},
 		{"layout.state.flag", l.Flag}, {"layout.state.published_at", l.PublishedAt}, {"layout.state.status", l.Status},
 		{"layout.state.errored", l.Errored.Name},
+	}
+	if o.Priority != nil {
+		opt = append(opt, struct{ field, name string }{"event_priority.column", o.Priority.Column})
 	}
 	for _, c := range opt {
 		if c.name != "" {
@@ -175,7 +181,7 @@ func New(db *sql.DB, opts Options) *Store {
 	}
 	s.opts = opts
 	if s.invalid = opts.Validate(); s.invalid == nil {
-		s.sql = buildStatements(opts.Layout, opts.Table.String(), opts.RelayDatabase, opts.Ordering, opts.ClaimTimeout, opts.ClaimIndex, opts.PendingIndex, opts.Bucket)
+		s.sql = buildStatements(opts.Layout, opts.Table.String(), opts.RelayDatabase, opts.Ordering, opts.ClaimTimeout, opts.ClaimIndex, opts.PendingIndex, opts.Bucket, opts.Priority)
 		s.id = kindOf(opts.Layout.ID)
 	}
 	return s
@@ -284,6 +290,9 @@ func (s *Store) claimArgs(limit int) []any {
 func (s *Store) window(limit int) int {
 	if s.opts.Bucket.Split() {
 		return s.bucketWindow.Size(limit)
+	}
+	if s.opts.Priority != nil {
+		return s.opts.Priority.Window(limit, s.held.Load())
 	}
 	return source.ClaimWindow(limit, s.held.Load())
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
 // claimSQL is a source's claim: $1 source, $2 limit, then $3 window when
@@ -41,10 +42,15 @@ type claimSQL struct {
 // must reach past the rows the holder's own batches in flight have locked;
 // the store sizes it (see Store.window).
 //
+// A claim under a priority (see source.Priority) reads a window too, the
+// first $3 candidates (its lookahead), ranks each row by its class (with
+// ordering, by the best class of its key's rows from it on: sqlcore's
+// EffectiveRank) and locks the first $2 by rank, then by the claim's order.
+//
 // The claim of one bucket of a source takes only the candidates of its
 // bucket (sqlcore's InBucket); with ordering it reads a window too, and
 // holds the keys of the rows another claimer locked (see bucketClaim).
-func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration, bucket source.Bucket) claimSQL {
+func claimStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration, bucket source.Bucket, prio *source.Priority) claimSQL {
 	rs := QuoteIdent(relaySchema)
 	id := sq.Col("o", l.ID.Name)
 	order := []string{sq.Col("o", l.OrderBy)}
@@ -104,7 +110,7 @@ FOR UPDATE OF o SKIP LOCKED`, with, selectList, from, retryJoin, strings.Join(wh
 	if in != "" {
 		candidate = append(candidate, inBucketSQL(in))
 	}
-	if foreign == "" || !ordering {
+	if (foreign == "" || !ordering) && prio == nil {
 		where := append([]string(nil), candidate...)
 		if foreign != "" {
 			where = append(where, "NOT "+foreign)
@@ -123,8 +129,15 @@ FOR UPDATE OF o SKIP LOCKED`, with, selectList, from, retryJoin, strings.Join(wh
 	}
 
 	// The window: the candidates with their order key, their place in the
-	// order and whether another relay holds them claimed.
-	cols := []string{"o.ctid AS tid", foreign + " AS foreign_claim", sq.OrderKey(l, "o") + " AS k"}
+	// order, whether another relay holds them claimed and their class.
+	fc, key := "false", sq.OrderKey(l, "o")
+	if foreign != "" {
+		fc = foreign
+	}
+	cols := []string{"o.ctid AS tid", fc + " AS foreign_claim", key + " AS k"}
+	if prio != nil {
+		cols = append(cols, sq.ClassRank("o", prio)+" AS cls")
+	}
 	var at []string
 	for i, e := range order {
 		cols = append(cols, fmt.Sprintf("%s AS o%d", e, i))
@@ -141,8 +154,22 @@ FOR UPDATE OF o SKIP LOCKED`, with, selectList, from, retryJoin, strings.Join(wh
 	// A row another relay claimed holds its key: the rows after it wait
 	// until it is delivered or its claim expires. The rows left are
 	// fetched by their address (a TID scan a row).
-	from := `(SELECT tid, foreign_claim, k <> '' AND bool_or(foreign_claim) OVER (PARTITION BY k ORDER BY ` +
-		strings.Join(at, ", ") + ` ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS held
+	held := "false"
+	if foreign != "" && ordering {
+		held = `k <> '' AND bool_or(foreign_claim) OVER (PARTITION BY k ORDER BY ` +
+			strings.Join(at, ", ") + ` ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)`
+	}
+	ranked := ""
+	if prio != nil {
+		rank := "cls"
+		if ordering {
+			rank = sqlcore.EffectiveRank("cls", "k", at)
+		}
+		ranked = ", " + rank + " AS rank"
+		orderBy = "w.rank, " + orderBy // final's order
+
+	}
+	from := `(SELECT tid, foreign_claim, ` + held + ` AS held` + ranked + `
   FROM c) w
 JOIN ` + table + ` o ON o.ctid = w.tid`
 	where := []string{"NOT w.foreign_claim", "NOT COALESCE(w.held, false)", sq.Pending(l, "o")}

@@ -121,7 +121,7 @@ func (tb *pgTable) Open(t *testing.T, o sourcetest.Options) sourcetest.Store {
 	}
 	s := &pgStore{
 		Store: postgres.New(pool, postgres.Options{Source: o.Source, Table: tb.table, RelaySchema: relaySchema,
-			Layout: tb.layout, Ordering: o.Ordering, ClaimTimeout: o.ClaimTimeout, Bucket: o.Bucket}),
+			Layout: tb.layout, Ordering: o.Ordering, ClaimTimeout: o.ClaimTimeout, Bucket: o.Bucket, Priority: o.Priority}),
 		admin: tb.h.pool, app: app,
 	}
 	t.Cleanup(func() {

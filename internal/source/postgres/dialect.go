@@ -49,3 +49,8 @@ func (dialect) Hash32(text string) string {
 
 // sq writes the layout's SQL in PostgreSQL's dialect.
 var sq = sqlcore.SQL{D: dialect{}}
+
+// Like is LIKE, which compares by code point whatever the collation.
+func (dialect) Like(text, pattern string) string {
+	return text + " LIKE " + pattern + " ESCAPE '" + sqlcore.LikeEscape + "'"
+}

@@ -208,7 +208,7 @@ func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.
 		return t.db.queue.Open(ctx, t.db.pool, t.t, t.db.schema, p)
 	}
 	return New(t.db.pool, Options{Source: p.Source, Table: t.t, RelaySchema: t.db.schema, Layout: p.Layout,
-		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout, Bucket: p.Bucket}), nil
+		Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout, Bucket: p.Bucket, Priority: p.Priority}), nil
 }
 
 func (t *adaptedTable) Purge(ctx context.Context, p driver.PurgeParams) (source.PurgeResult, error) {

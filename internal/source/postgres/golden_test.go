@@ -68,7 +68,7 @@ func goldenSQL(t *testing.T, l *layout.Layout, tbl Table) string {
 	add := f.Add
 	add("claim transaction: settings", claimSettings)
 	for _, ordering := range []bool{true, false} {
-		s := buildStatements(l, tbl.String(), relaySchema, ordering, 60*time.Second, source.Bucket{})
+		s := buildStatements(l, tbl.String(), relaySchema, ordering, 60*time.Second, source.Bucket{}, nil)
 		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
 		add("claim, "+o, s.claim.plain)
 		add("claim under a lease, "+o, s.claim.fenced)
@@ -104,7 +104,7 @@ func goldenSQL(t *testing.T, l *layout.Layout, tbl Table) string {
 		q, args := listFailedSQL(relaySchema, df.Filter)
 		add(fmt.Sprintf("dead letters: list, %s (args %v)", df.Name, args), q)
 	}
-	s := buildStatements(l, tbl.String(), relaySchema, true, 60*time.Second, source.Bucket{})
+	s := buildStatements(l, tbl.String(), relaySchema, true, 60*time.Second, source.Bucket{}, nil)
 	rq := buildReplaySQL(l, tbl, relaySchema, "src", s.pendingValues)
 	restore, _ := rq.Restore(context.Background())
 	add("dead letters: replay, reset the row", rq.Reset)
@@ -127,7 +127,7 @@ func goldenBucketSQL(l *layout.Layout, tbl Table) string {
 	var f sourcetest.SQLFile
 	f.Add("claim transaction of a bucket: settings", bucketClaimSettings)
 	for _, ordering := range []bool{true, false} {
-		s := buildStatements(l, tbl.String(), "outbox_relay", ordering, 60*time.Second, source.Bucket{Index: 1, Count: 4})
+		s := buildStatements(l, tbl.String(), "outbox_relay", ordering, 60*time.Second, source.Bucket{Index: 1, Count: 4}, nil)
 		o := fmt.Sprintf("ordering %v", map[bool]string{true: "on", false: "off"}[ordering])
 		f.Add("claim of bucket 1/4, "+o, s.claim.plain)
 		f.Add("claim of bucket 1/4 under a lease, "+o, s.claim.fenced)

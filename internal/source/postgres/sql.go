@@ -89,13 +89,13 @@ func RowSelect(l *layout.Layout, alias, attempts string) []string {
 	return rowSelect(l, alias, attempts, "NULL::tid", "0::bigint", "false")
 }
 
-func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration, bucket source.Bucket) statements {
+func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool, claimTimeout time.Duration, bucket source.Bucket, prio *source.Priority) statements {
 	rs := QuoteIdent(relaySchema)
 	id := sq.Col("o", l.ID.Name)
 	idArr := "$1::text[]::" + l.ID.Type + "[]"
 	var s statements
 
-	s.claim = claimStatements(l, table, relaySchema, ordering, claimTimeout, bucket)
+	s.claim = claimStatements(l, table, relaySchema, ordering, claimTimeout, bucket, prio)
 
 	// Published rows are found by their ctid: a TID scan, whatever the
 	// planner thinks of the table's size (a generic plan made while the

@@ -51,6 +51,9 @@ type Options struct {
 	// Bucket is the part of the source the store claims (see
 	// source.Bucket); the zero value is the whole source.
 	Bucket source.Bucket
+	// Priority, when set, has the claims take some rows first (see
+	// source.Priority); not with a bucket of a source, with ordering.
+	Priority *source.Priority
 }
 
 // Store is the PostgreSQL store of one source.
@@ -82,7 +85,7 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 	opts.ClaimTimeout = max(opts.ClaimTimeout, time.Second)
 	s := &Store{
 		pool: pool, opts: opts,
-		sql:  buildStatements(opts.Layout, opts.Table.String(), opts.RelaySchema, opts.Ordering, opts.ClaimTimeout, opts.Bucket),
+		sql:  buildStatements(opts.Layout, opts.Table.String(), opts.RelaySchema, opts.Ordering, opts.ClaimTimeout, opts.Bucket, opts.Priority),
 		idle: fmt.Sprint(opts.ClaimTimeout.Milliseconds()),
 	}
 	if s.sql.claim.ownRows {
@@ -228,6 +231,9 @@ func (t claimTx) end(ctx context.Context) error {
 func (s *Store) window(limit int) int {
 	if s.own != nil {
 		return s.bucketWindow.Size(limit)
+	}
+	if s.opts.Priority != nil {
+		return s.opts.Priority.Window(limit, s.held.Load())
 	}
 	return source.ClaimWindow(limit, s.held.Load())
 }

@@ -57,6 +57,7 @@ func (h *queueHarness) Capabilities(string) sourcetest.Capabilities {
 		KeyRequired:         true,
 		ClaimsInDueOrder:    true,
 		WholeSourceOnly:     true,
+		OwnClaimOrder:       true,
 	}
 }
 

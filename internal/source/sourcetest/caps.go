@@ -42,6 +42,9 @@ type Capabilities struct {
 	// the layout's order_by orders only a key's rows: a retried row comes
 	// after the rows that fell due before it.
 	ClaimsInDueOrder bool
+	// OwnClaimOrder: the store claims in an order of its own that no
+	// priority (Options.Priority) changes.
+	OwnClaimOrder bool
 	// WholeSourceOnly: the store claims a whole source; it cannot be
 	// opened on a bucket of it (Options.Bucket).
 	WholeSourceOnly bool

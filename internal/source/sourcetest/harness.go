@@ -124,6 +124,10 @@ type Options struct {
 	// Bucket is the part of the source the store claims (sources[].shards);
 	// the zero value is the whole source.
 	Bucket source.Bucket
+	// Priority, when set, has the store claim some rows first
+	// (sources[].event_priority); its column is "topic", which every
+	// layout the suite runs for has.
+	Priority *source.Priority
 }
 
 // Store is a source.Store opened on a test table.

@@ -82,6 +82,7 @@ func Run(t *testing.T, h Harness) {
 				{"BucketCountChangeKeepsKeyOrder", s.testBucketCountChange},
 				{"BucketOwnBatchesHoldNoKey", s.testBucketOwnBatches},
 				{"BucketWindowPassesOwnBatches", s.testBucketWindowPassesOwnBatches},
+				{"PriorityClasses", s.testPriorityClasses},
 				{"PrivilegesAsCheckReports", s.testPrivileges},
 				{"DeadLetterListFilters", s.testDeadLetterList},
 				{"ReplayPutsRowBackPending", s.testReplay},
@@ -96,6 +97,9 @@ func Run(t *testing.T, h Harness) {
 			} {
 				if (tc.name == "ForeignClaims" || tc.name == "ForeignClaimBeyondTheWindow") && !s.exp.claims {
 					continue // the preset records no claims (state.batch_id)
+				}
+				if tc.name == "PriorityClasses" && s.caps.OwnClaimOrder {
+					continue // the store claims in an order of its own
 				}
 				if strings.HasPrefix(tc.name, "Bucket") && s.caps.WholeSourceOnly {
 					continue // the store claims whole sources only

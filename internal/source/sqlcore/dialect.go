@@ -22,6 +22,9 @@ type Dialect interface {
 	// a dead letter is put back in the pending set, or "" when the store
 	// clears it itself (its value depends on the column's type).
 	ResetError(quotedCol string) string
+	// Like is the condition that text matches pattern (a LIKE pattern
+	// escaped by LikeEscape), byte for byte whatever the collation.
+	Like(text, pattern string) string
 	// Hash32 is the first 32 bits of the MD5 of text's UTF-8 bytes, as an
 	// unsigned integer (source.Hash32).
 	Hash32(text string) string
