@@ -7,7 +7,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/source"
-	"github.com/outbox-relay/outbox-relay/internal/source/sqlcore"
 )
 
 // claimSQL is a source's claim: $1 source, $2 limit, then $3 window when
@@ -128,16 +127,14 @@ FOR UPDATE OF o SKIP LOCKED`, with, selectList, from, retryJoin, strings.Join(wh
 		return c
 	}
 
-	// The window: the candidates with their order key, their place in the
-	// order, whether another relay holds them claimed and their class.
-	fc, key := "false", sq.OrderKey(l, "o")
-	if foreign != "" {
-		fc = foreign
-	}
-	cols := []string{"o.ctid AS tid", fc + " AS foreign_claim", key + " AS k"}
 	if prio != nil {
-		cols = append(cols, sq.ClassRank("o", prio)+" AS cls")
+		return priorityClaim(claimParts{l: l, table: table, rs: rs, order: order, retryJoin: retryJoin, candidate: candidate,
+			foreign: foreign, xid: xid, selectList: rowSelect(l, "o", attemptsSQL(l), "o.ctid", tieSQL, "r.event_id IS NOT NULL")}, ordering, prio)
 	}
+
+	// The window: the candidates with their order key, their place in the
+	// order and whether another relay holds them claimed.
+	cols := []string{"o.ctid AS tid", foreign + " AS foreign_claim", sq.OrderKey(l, "o") + " AS k"}
 	var at []string
 	for i, e := range order {
 		cols = append(cols, fmt.Sprintf("%s AS o%d", e, i))
@@ -154,22 +151,8 @@ FOR UPDATE OF o SKIP LOCKED`, with, selectList, from, retryJoin, strings.Join(wh
 	// A row another relay claimed holds its key: the rows after it wait
 	// until it is delivered or its claim expires. The rows left are
 	// fetched by their address (a TID scan a row).
-	held := "false"
-	if foreign != "" && ordering {
-		held = `k <> '' AND bool_or(foreign_claim) OVER (PARTITION BY k ORDER BY ` +
-			strings.Join(at, ", ") + ` ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)`
-	}
-	ranked := ""
-	if prio != nil {
-		rank := "cls"
-		if ordering {
-			rank = sqlcore.EffectiveRank("cls", "k", at)
-		}
-		ranked = ", " + rank + " AS rank"
-		orderBy = "w.rank, " + orderBy // final's order
-
-	}
-	from := `(SELECT tid, foreign_claim, ` + held + ` AS held` + ranked + `
+	from := `(SELECT tid, foreign_claim, k <> '' AND bool_or(foreign_claim) OVER (PARTITION BY k ORDER BY ` +
+		strings.Join(at, ", ") + ` ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS held
   FROM c) w
 JOIN ` + table + ` o ON o.ctid = w.tid`
 	where := []string{"NOT w.foreign_claim", "NOT COALESCE(w.held, false)", sq.Pending(l, "o")}

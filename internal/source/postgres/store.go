@@ -195,7 +195,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 		b.tx.end(context.WithoutCancel(ctx))
 		return nil, fmt.Errorf("claim from %s: %w", s.opts.Table, err)
 	}
-	if s.own != nil {
+	if s.opts.Bucket.Split() && s.own != nil {
 		s.bucketWindow.Claimed(limit, len(b.rows))
 	}
 	if len(b.rows) == 0 {
@@ -229,11 +229,12 @@ func (t claimTx) end(ctx context.Context) error {
 // window is how many rows a windowed claim of limit considers (the window
 // of a bucket's claim, see source.BucketWindow).
 func (s *Store) window(limit int) int {
+	if s.opts.Priority != nil {
+		// The window leaves the store's rows in flight out.
+		return s.opts.Priority.Lookahead
+	}
 	if s.own != nil {
 		return s.bucketWindow.Size(limit)
-	}
-	if s.opts.Priority != nil {
-		return s.opts.Priority.Window(limit, s.held.Load())
 	}
 	return source.ClaimWindow(limit, s.held.Load())
 }
