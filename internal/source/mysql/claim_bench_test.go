@@ -47,3 +47,48 @@ FROM seq_1_to_5000`)
 		b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(rows), "ns/row")
 	}
 }
+
+// BenchmarkClaimPriority claims (and releases) 500 rows of a 20,000-row
+// backlog of the status layout's table, by the claim's order and under an
+// event priority that reads 5,000 rows ahead (its default for a batch of
+// 500), per row claimed.
+func BenchmarkClaimPriority(b *testing.B) {
+	ctx := context.Background()
+	e := newEnv(b)
+	e.exec(b, `CREATE TABLE outbox (
+  id CHAR(36) NOT NULL PRIMARY KEY,
+  aggregate_type VARCHAR(100) NOT NULL DEFAULT 'Test',
+  aggregate_id VARCHAR(100) NULL,
+  event_type VARCHAR(100) NOT NULL DEFAULT 'test.event',
+  topic VARCHAR(100) NOT NULL,
+  partition_key VARCHAR(100) NULL,
+  payload JSON NOT NULL,
+  headers JSON NULL,
+  status ENUM('pending', 'published', 'failed') NOT NULL DEFAULT 'pending',
+  retry_count SMALLINT NOT NULL DEFAULT 0,
+  max_retries SMALLINT NOT NULL DEFAULT 5,
+  published_at DATETIME(6) NULL,
+  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
+  KEY idx_pending (status, created_at)
+)`, `INSERT INTO outbox (id, aggregate_id, event_type, topic, payload, created_at)
+SELECT UUID(), CONCAT('agg-', seq % 2000), ELT(1 + seq % 3, 'kitchen.task.progress', 'event.board.updated', 'scheduling.shift.assigned'),
+  'events', JSON_OBJECT('i', seq), TIMESTAMP '2026-01-30 12:00:00' + INTERVAL seq * 1000 MICROSECOND
+FROM seq_1_to_20000`)
+	for _, prio := range []*source.Priority{nil, {Column: "event_type", Classes: []string{"kitchen.task.*", "event.*"}, Lookahead: 5000}} {
+		name := "order"
+		if prio != nil {
+			name = "priority"
+		}
+		b.Run(name, func(b *testing.B) {
+			st := e.priorityStore(b, "outbox", "status", prio)
+			for b.Loop() {
+				batch, err := st.Claim(ctx, 500)
+				if err != nil || batch == nil || len(batch.Rows()) != 500 {
+					b.Fatalf("claim: %v", err)
+				}
+				_ = batch.Release(ctx)
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*500), "ns/row")
+		})
+	}
+}

@@ -87,6 +87,19 @@ func (e *env) indexedStore(t testing.TB, name, table, preset string) *mysql.Stor
 // on or off.
 func (e *env) indexedBucketStore(t testing.TB, name, table, preset string, b source.Bucket, ordering bool) *mysql.Store {
 	t.Helper()
+	return e.indexedStoreWith(t, name, table, preset, mysql.Options{Bucket: b, Ordering: ordering})
+}
+
+// priorityStore is indexedStore under the event priority prio (none when
+// nil).
+func (e *env) priorityStore(t testing.TB, table, preset string, prio *source.Priority) *mysql.Store {
+	t.Helper()
+	return e.indexedStoreWith(t, "bench", table, preset, mysql.Options{Ordering: true, Priority: prio})
+}
+
+// indexedStoreWith is indexedStore with o's ordering, bucket and priority.
+func (e *env) indexedStoreWith(t testing.TB, name, table, preset string, o mysql.Options) *mysql.Store {
+	t.Helper()
 	ctx := context.Background()
 	merged, explicit, err := layout.Merge(preset, layout.Spec{}, "")
 	if err != nil {
@@ -109,8 +122,8 @@ func (e *env) indexedBucketStore(t testing.TB, name, table, preset string, b sou
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := mysql.Options{Source: name, Table: tbl, RelayDatabase: e.relayDB, Layout: l, Ordering: ordering,
-		ClaimIndex: claim, PendingIndex: pending, Bucket: b}
+	opts := mysql.Options{Source: name, Table: tbl, RelayDatabase: e.relayDB, Layout: l, Ordering: o.Ordering,
+		ClaimIndex: claim, PendingIndex: pending, Bucket: o.Bucket, Priority: o.Priority}
 	if err := opts.Validate(); err != nil {
 		t.Fatal(err)
 	}
