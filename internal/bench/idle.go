@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -37,8 +36,9 @@ type IdleResult struct {
 // idleRun makes n schemas each with an idle outbox table, relays them all
 // through one discovery rule, waits until every source is held and counts
 // what the relay sends for d.
-func idleRun(ctx context.Context, pool *pgxpool.Pool, dsn string, k kafkaEnv, o Options, n int, d time.Duration) (IdleResult, error) {
+func idleRun(ctx context.Context, db pgDB, k kafkaEnv, o Options, n int, d time.Duration) (IdleResult, error) {
 	res := IdleResult{Sources: n}
+	pool, dsn := db.pool, db.dsn
 	prefix := newSchema() + "_idle_"
 	progress(o, "idle: creating %d schemas, each with an outbox table", n)
 	var ddl strings.Builder

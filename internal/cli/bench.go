@@ -93,7 +93,14 @@ usual. The report adds the first rate, its ratio to the second
 (not/analyzed) and the row counts the statistics held as each relay
 started. A claim whose plan depends on statistics can be very slow:
 every ceiling loop and relay drain stops after --max-time, and a drain
-cut short reports the rows drained over the time taken, marked *.`,
+cut short reports the rows drained over the time taken, marked *.
+
+With --databases N, drain makes N databases on the PostgreSQL server
+(named after the run's own, dropped afterwards), the table in each with
+its share of the rows, and runs the relay with one entry listing them
+all (databases.bench.dsns, as a database per tenant is run). The ceiling
+is the same loop on every database at once, its rows summed; with
+--replicas the replicas share every database's leases.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Workload = "drain"
@@ -161,6 +168,7 @@ cut short reports the rows drained over the time taken, marked *.`,
 	f.IntVar(&o.Sources, "sources", 1000, "idle: how many idle sources (a schema and an outbox table each)")
 	f.IntVar(&o.Replicas, "replicas", 1, "drain (PostgreSQL): relay processes sharing the source, in this process")
 	f.IntVar(&o.Shards, "shards", 1, "drain: buckets the source is split into (sources[].shards), on PostgreSQL and MySQL")
+	f.IntVar(&o.Databases, "databases", 0, "drain (PostgreSQL): databases made on the server, each with its share of the rows, relayed as one entry listing them")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 200, "payload size")
 	f.IntVar(&o.BatchSize, "batch-size", 1000, "claim batch size")
 	f.IntVar(&o.Pipeline, "pipeline", 2, "batches in flight")
