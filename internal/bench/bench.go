@@ -48,8 +48,11 @@ type Options struct {
 	Replicas, Shards int
 	// Databases, when set, is how many databases the run makes on the
 	// server (PostgreSQL) and the relay runs as one entry: drain fills
-	// each with its share of the rows.
+	// each with its share of the rows, idle gives each an idle source.
 	Databases int
+	// MaxConns is the relay's max_conns for each database; default, for
+	// drain, keys and steady maxConns(), for idle the relay's own default.
+	MaxConns int
 	// History is how many rows already delivered a drain's table holds
 	// before its backlog (older, before it in the claim's order), as a
 	// table that keeps its delivered rows has after months of use; each
@@ -244,6 +247,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer dropOwn()
 	dbs := pgDBs{own}
 	if o.Databases > 0 && o.Workload == "drain" {
+		// The relay's, and a connection of the benchmark's own to each database.
+		need := relayConnections(o.Databases, o.Replicas, o.maxConns()) + o.Databases
+		if err := roomFor(ctx, own.pool, need, fmt.Sprintf("--databases %d: each replica may open max_conns (%d) and a listening connection to each database", o.Databases, o.maxConns())); err != nil {
+			return nil, err
+		}
 		more, drop, err := moreDatabases(ctx, own, o.Databases)
 		if err != nil {
 			return nil, err
@@ -258,7 +266,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer stopKafka()
 	rep := &Report{}
 	if o.Workload == "idle" {
-		r, err := idleRun(ctx, own, k, o, max(o.Sources, 1), o.Duration)
+		run := idleRun
+		n := max(o.Sources, 1)
+		if o.Databases > 0 {
+			run, n = idleDatabasesRun, o.Databases
+		}
+		r, err := run(ctx, own, k, o, n, o.Duration)
 		if err == nil {
 			rep.Idle = append(rep.Idle, r)
 		}

@@ -28,10 +28,38 @@ func checkDatabases(o Options) error {
 		return nil
 	case o.Driver == "mysql":
 		return fmt.Errorf("--databases runs on PostgreSQL only")
-	case o.Workload != "drain":
-		return fmt.Errorf("--databases applies to the drain workload")
+	case o.Workload != "drain" && o.Workload != "idle":
+		return fmt.Errorf("--databases applies to the drain and idle workloads")
 	}
 	return nil
+}
+
+// roomFor fails, saying why, when the server pool is on has fewer than need
+// connections free: a relay refused connections midway leaves databases
+// out of service, and the run waiting for them.
+func roomFor(ctx context.Context, pool *pgxpool.Pool, need int, why string) error {
+	var limit, used int
+	err := pool.QueryRow(ctx, `SELECT current_setting('max_connections')::int,
+  (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend')`).Scan(&limit, &used)
+	if err != nil {
+		return fmt.Errorf("read max_connections: %w", err)
+	}
+	return checkRoom(need, limit, used, why)
+}
+
+// relayConnections is the most connections replicas relay processes open
+// to dbs databases of perDB connections each (max_conns): each also keeps
+// one listening for NOTIFY.
+func relayConnections(dbs, replicas, perDB int) int { return dbs * max(replicas, 1) * (perDB + 1) }
+
+// checkRoom is roomFor's rule: need connections more must fit under the
+// server's limit with used in use.
+func checkRoom(need, limit, used int, why string) error {
+	if used+need <= limit {
+		return nil
+	}
+	return fmt.Errorf("%s: %d in all, but the server has %d free (max_connections %d, %d in use): ask for fewer, or raise max_connections",
+		why, need, max(limit-used, 0), limit, used)
 }
 
 // pgDB is one database of the run: its name, its DSN and a pool of the

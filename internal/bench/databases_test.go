@@ -116,3 +116,25 @@ func TestDrainOverDatabases(t *testing.T) {
 		t.Errorf("%d databases of runs before, %d after: the run's are left", before, after)
 	}
 }
+
+// A run's connections must fit under the server's limit beside those in
+// use; the error says how many it needs and how many are free.
+func TestCheckRoom(t *testing.T) {
+	t.Parallel()
+	if got := relayConnections(100, 1, 4); got != 500 {
+		t.Errorf("100 databases, max_conns 4: %d connections, want 500 (a listener each)", got)
+	}
+	if got := relayConnections(10, 2, 6); got != 140 {
+		t.Errorf("10 databases, 2 replicas, max_conns 6: %d connections, want 140", got)
+	}
+	if got := relayConnections(3, 0, 1); got != 6 {
+		t.Errorf("no replicas said: %d connections, want those of one (6)", got)
+	}
+	if err := checkRoom(90, 100, 10, "x"); err != nil {
+		t.Errorf("90 more beside 10 under 100: %v", err)
+	}
+	err := checkRoom(91, 100, 10, "--databases 20")
+	if err == nil || !strings.Contains(err.Error(), "91 in all") || !strings.Contains(err.Error(), "90 free") || !strings.HasPrefix(err.Error(), "--databases 20") {
+		t.Errorf("91 more beside 10 under 100: %v", err)
+	}
+}

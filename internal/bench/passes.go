@@ -26,8 +26,12 @@ func (o Options) maxTime() time.Duration {
 
 // maxConns is the relay's connection pool: a claim transaction for each
 // batch in flight of each bucket of the source (docs/shards.md: shards ×
-// pipeline), and a few for leases, stats and acknowledgements.
+// pipeline), and a few for leases, stats and acknowledgements; or
+// o.MaxConns.
 func (o Options) maxConns() int {
+	if o.MaxConns > 0 {
+		return o.MaxConns
+	}
 	return max(o.Shards, 1)*o.Pipeline + 4
 }
 

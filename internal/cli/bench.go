@@ -40,7 +40,10 @@ Workloads (the argument; default drain):
           every key's events arrived in order.
   idle    --sources idle outbox tables (a schema each, one discovery rule),
           all held by the relay: its statements a second, in all, per
-          source and by kind, over --duration (default here 30s).
+          source and by kind, over --duration (default here 30s). With
+          --databases N, N databases instead, an idle source each, found
+          by one entry's discovery pattern: statements and transactions a
+          second in all and per database, and the connections each keeps.
 
 With --sink, the drain workload's relay publishes to another sink type on
 its local server (or --sink-url): nats (a JetStream stream made for the run),
@@ -100,7 +103,10 @@ With --databases N, drain makes N databases on the PostgreSQL server
 its share of the rows, and runs the relay with one entry listing them
 all (databases.bench.dsns, as a database per tenant is run). The ceiling
 is the same loop on every database at once, its rows summed; with
---replicas the replicas share every database's leases.`,
+--replicas the replicas share every database's leases. A run that could
+open more connections than the server has free (max_conns, --max-conns,
+and a listening connection per database and replica) is refused before
+it starts, so that it does not take the server's last connections.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Workload = "drain"
@@ -168,7 +174,8 @@ is the same loop on every database at once, its rows summed; with
 	f.IntVar(&o.Sources, "sources", 1000, "idle: how many idle sources (a schema and an outbox table each)")
 	f.IntVar(&o.Replicas, "replicas", 1, "drain (PostgreSQL): relay processes sharing the source, in this process")
 	f.IntVar(&o.Shards, "shards", 1, "drain: buckets the source is split into (sources[].shards), on PostgreSQL and MySQL")
-	f.IntVar(&o.Databases, "databases", 0, "drain (PostgreSQL): databases made on the server, each with its share of the rows, relayed as one entry listing them")
+	f.IntVar(&o.Databases, "databases", 0, "drain and idle (PostgreSQL): databases made on the server, relayed as one entry (drain: listing them, each with its share of the rows; idle: discovering them, a source each)")
+	f.IntVar(&o.MaxConns, "max-conns", 0, "the relay's max_conns for each database (default: drain shards × pipeline + 4; idle the relay's default)")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 200, "payload size")
 	f.IntVar(&o.BatchSize, "batch-size", 1000, "claim batch size")
 	f.IntVar(&o.Pipeline, "pipeline", 2, "batches in flight")
