@@ -53,6 +53,11 @@ type Options struct {
 	// MaxConns is the relay's max_conns for each database; default, for
 	// drain, keys and steady maxConns(), for idle the relay's own default.
 	MaxConns int
+	// LeaseTTL is the relay's lease_ttl (default its own); RelayBinary the
+	// outbox-relay executable the handover workload runs its replicas
+	// with (default this one).
+	LeaseTTL    time.Duration
+	RelayBinary string
 	// History is how many rows already delivered a drain's table holds
 	// before its backlog (older, before it in the claim's order), as a
 	// table that keeps its delivered rows has after months of use; each
@@ -195,14 +200,19 @@ type Report struct {
 	Drain []Result     `json:"drain,omitempty"`
 	Rates []RateResult `json:"rates,omitempty"`
 	Idle  []IdleResult `json:"idle,omitempty"`
+	// Handover is what the handover workload measured.
+	Handover *HandoverResult `json:"handover,omitempty"`
 }
 
 // Run executes the benchmark.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	switch o.Workload {
-	case "drain", "steady", "sparse", "keys", "idle":
+	case "drain", "steady", "sparse", "keys", "idle", "handover":
 	default:
-		return nil, fmt.Errorf("unknown workload %q (have: drain, steady, sparse, keys, idle)", o.Workload)
+		return nil, fmt.Errorf("unknown workload %q (have: drain, steady, sparse, keys, idle, handover)", o.Workload)
+	}
+	if o.Workload == "handover" && o.Replicas < 2 {
+		return nil, fmt.Errorf("handover: --replicas %d: one replica stops, others must take its shards: give 2 or more", o.Replicas)
 	}
 	if o.Sink == "" {
 		o.Sink = "kafka"
@@ -245,20 +255,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, err
 	}
 	defer dropOwn()
-	dbs := pgDBs{own}
-	if o.Databases > 0 && o.Workload == "drain" {
-		// The relay's, and a connection of the benchmark's own to each database.
-		need := relayConnections(o.Databases, o.Replicas, o.maxConns()) + o.Databases
-		if err := roomFor(ctx, own.pool, need, fmt.Sprintf("--databases %d: each replica may open max_conns (%d) and a listening connection to each database", o.Databases, o.maxConns())); err != nil {
-			return nil, err
-		}
-		more, drop, err := moreDatabases(ctx, own, o.Databases)
-		if err != nil {
-			return nil, err
-		}
-		defer drop()
-		dbs = more
+	dbs, dropDBs, err := workDatabases(ctx, own, o)
+	if err != nil {
+		return nil, err
 	}
+	defer dropDBs()
 	k, stopKafka, err := newKafkaEnv(o)
 	if err != nil {
 		return nil, err
@@ -275,6 +276,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		if err == nil {
 			rep.Idle = append(rep.Idle, r)
 		}
+		return rep, err
+	}
+	if o.Workload == "handover" {
+		rep.Handover, err = handoverRun(ctx, dbs, k, o)
 		return rep, err
 	}
 	if o.Workload == "keys" {

@@ -28,8 +28,8 @@ func checkDatabases(o Options) error {
 		return nil
 	case o.Driver == "mysql":
 		return fmt.Errorf("--databases runs on PostgreSQL only")
-	case o.Workload != "drain" && o.Workload != "idle":
-		return fmt.Errorf("--databases applies to the drain and idle workloads")
+	case o.Workload != "drain" && o.Workload != "idle" && o.Workload != "handover":
+		return fmt.Errorf("--databases applies to the drain, idle and handover workloads")
 	}
 	return nil
 }
@@ -184,6 +184,27 @@ func moreDatabases(ctx context.Context, own pgDB, n int) (pgDBs, func(), error) 
 		}
 	}
 	return dbs, drop, nil
+}
+
+// workDatabases are the databases drain and handover work on: the run's
+// own, or with o.Databases that many more, once the server is found to
+// have room for the relay's connections to them. drop drops those made.
+func workDatabases(ctx context.Context, own pgDB, o Options) (pgDBs, func(), error) {
+	if o.Databases == 0 || o.Workload != "drain" && o.Workload != "handover" {
+		return pgDBs{own}, func() {}, nil
+	}
+	// The relay's (with handover, a replica more while one is replaced),
+	// and a connection of the benchmark's own to each database.
+	replicas := o.Replicas
+	if o.Workload == "handover" {
+		replicas++
+	}
+	need := relayConnections(o.Databases, replicas, o.maxConns()) + o.Databases
+	why := fmt.Sprintf("--databases %d: each replica may open max_conns (%d) and a listening connection to each database", o.Databases, o.maxConns())
+	if err := roomFor(ctx, own.pool, need, why); err != nil {
+		return nil, nil, err
+	}
+	return moreDatabases(ctx, own, o.Databases)
 }
 
 // memberName is the name of the i-th database --databases makes for the

@@ -136,20 +136,8 @@ func inDatabases(n int, o Options) string {
 // in dbs: a database of the configuration, or with o.Databases an entry
 // that lists them all.
 func openRelay(ctx context.Context, dbs pgDBs, tg *target, o Options, t table, ordering bool) (*app.App, *stmtCounter, func(), error) {
-	cfg := &config.Config{
-		RelaySchema: t.schema + "_relay",
-		Admin:       config.Admin{Listen: "off"},
-		Log:         config.Log{Level: "warn"},
-		Databases:   map[string]config.Database{"bench": benchDatabase(dbs, o)},
-		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
-		Sources:     []config.Source{t.source(tg.topic, o.BatchSize, o.Pipeline, ordering)},
-	}
-	if len(o.Deliveries) > 0 {
-		cfg.Sources[0].Delivery = o.Deliveries[0]
-	}
-	cfg.Sources[0].Shards = max(o.Shards, 1)
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
+	cfg, err := relayConfig(dbs, tg, o, t, ordering)
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	stmts := &stmtCounter{}
@@ -171,6 +159,26 @@ func openRelay(ctx context.Context, dbs pgDBs, tg *target, o Options, t table, o
 		return nil, nil, nil, err
 	}
 	return a, stmts, cleanup, nil
+}
+
+// relayConfig is the configuration of a relay process for the benchmark
+// table t in dbs, with o's settings, its defaults applied.
+func relayConfig(dbs pgDBs, tg *target, o Options, t table, ordering bool) (*config.Config, error) {
+	cfg := &config.Config{
+		RelaySchema: t.schema + "_relay",
+		Admin:       config.Admin{Listen: "off"},
+		Log:         config.Log{Level: "warn"},
+		LeaseTTL:    config.Duration(o.LeaseTTL),
+		Databases:   map[string]config.Database{"bench": benchDatabase(dbs, o)},
+		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
+		Sources:     []config.Source{t.source(tg.topic, o.BatchSize, o.Pipeline, ordering)},
+	}
+	if len(o.Deliveries) > 0 {
+		cfg.Sources[0].Delivery = o.Deliveries[0]
+	}
+	cfg.Sources[0].Shards = max(o.Shards, 1)
+	cfg.ApplyDefaults()
+	return cfg, cfg.Validate()
 }
 
 // benchDatabase is the relay's database entry for dbs: the one database, or

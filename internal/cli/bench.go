@@ -18,7 +18,7 @@ func newBench(g *globals) *cobra.Command {
 	o := bench.Options{}
 	var layout, ordering, delivery, jsonPath, cpuProfile string
 	cmd := &cobra.Command{
-		Use:   "bench [drain|steady|sparse|keys]",
+		Use:   "bench [drain|steady|sparse|keys|idle|handover]",
 		Short: "Measure the relay against the database's own ceiling, in the same run",
 		Long: `bench creates its own schema in the PostgreSQL at --dsn (default $DATABASE_URL,
 else the local server), prefills it with COPY, measures the ceiling (the
@@ -44,6 +44,14 @@ Workloads (the argument; default drain):
           --databases N, N databases instead, an idle source each, found
           by one entry's discovery pattern: statements and transactions a
           second in all and per database, and the connections each keeps.
+  handover --replicas R (2 or more) relay processes (this executable's run
+          command, one configuration file) on an idle table split into
+          --shards buckets (in each of --databases): once the buckets are
+          spread evenly, the replica holding the most is stopped with
+          SIGTERM, and later (replaced, spread again) one is killed with
+          SIGKILL; for each, the time from the signal until every bucket
+          it held is held by another replica (the leases table's
+          acquired_at, on the server's clock), --repeat times.
 
 With --sink, the drain workload's relay publishes to another sink type on
 its local server (or --sink-url): nats (a JetStream stream made for the run),
@@ -172,8 +180,9 @@ it starts, so that it does not take the server's last connections.`,
 	f.IntVar(&o.History, "history", 0, "drain: rows already delivered in the table before the backlog (tables that keep delivered rows; not delete)")
 	f.IntVar(&o.Keys, "keys", 10_000, "distinct keys")
 	f.IntVar(&o.Sources, "sources", 1000, "idle: how many idle sources (a schema and an outbox table each)")
-	f.IntVar(&o.Replicas, "replicas", 1, "drain (PostgreSQL): relay processes sharing the source, in this process")
-	f.IntVar(&o.Shards, "shards", 1, "drain: buckets the source is split into (sources[].shards), on PostgreSQL and MySQL")
+	f.IntVar(&o.Replicas, "replicas", 1, "drain (PostgreSQL): relay processes sharing the source, in this process; handover: relay processes, each a process of its own")
+	f.IntVar(&o.Shards, "shards", 1, "drain and handover: buckets the source is split into (sources[].shards); drain on PostgreSQL and MySQL")
+	f.DurationVar(&o.LeaseTTL, "lease-ttl", 0, "handover: the relay's lease_ttl (default its own, 15s)")
 	f.IntVar(&o.Databases, "databases", 0, "drain and idle (PostgreSQL): databases made on the server, relayed as one entry (drain: listing them, each with its share of the rows; idle: discovering them, a source each)")
 	f.IntVar(&o.MaxConns, "max-conns", 0, "the relay's max_conns for each database (default: drain shards × pipeline + 4; idle the relay's default)")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 200, "payload size")
@@ -186,7 +195,7 @@ it starts, so that it does not take the server's last connections.`,
 	f.BoolVar(&o.NoAnalyze, "no-analyze", false, "drain: each table first never analyzed (autovacuum off), then a fresh one analyzed; report both and their ratio")
 	f.DurationVar(&o.MaxTime, "max-time", bench.DefaultMaxTime, "drain: cut each ceiling loop and relay drain short after this long, reporting the rate of what was drained")
 	f.StringVar(&ordering, "ordering", "both", "on, off or both")
-	f.IntVar(&o.Repeat, "repeat", 1, "drain: run each measurement this many times, interleaved")
+	f.IntVar(&o.Repeat, "repeat", 1, "drain: run each measurement this many times, interleaved; handover: stop a replica with each signal this many times")
 	f.StringVar(&delivery, "delivery", "at_least_once", "drain to Kafka: at_least_once, exactly_once or both (Kafka transactions)")
 	f.StringVar(&jsonPath, "json", "", "also write the results as JSON to this file")
 	f.IntSliceVar(&o.Rates, "rates", []int{1000, 2500, 5000, 10000, 20000, 40000}, "steady: rates to try, in events/s, until one is not sustainable")
