@@ -113,8 +113,12 @@
 //     replica's first census NOTIFY the relay schema's channel: every
 //     replica takes a census at once and its standing-by shards try again,
 //     so a successor takes a shard within milliseconds. MySQL has no
-//     notifications: a successor takes it at its next attempt, within a
-//     third of the TTL.
+//     notifications: each replica waits on a bell (Bell: a SLEEP on a
+//     connection of its own) and the replica that hands over, leaves or
+//     joins rings the others' (it counts a ring in the replica's row, then
+//     kills the SLEEP). A ring that comes between two waits, when there is
+//     no SLEEP to kill, is not lost: the next wait reads the count first
+//     and returns at once.
 //
 // A dead replica is seen at the next census (its connections are gone), and
 // its leases are taken at once by the replicas below their share (Alive),

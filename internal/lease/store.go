@@ -150,10 +150,12 @@ type EndOwnerParams struct {
 // Bell is a Store whose replicas wake each other directly, for a dialect
 // without notifications (MySQL): a replica waits on its bell between
 // censuses, and another rings it after handing it a shard, after joining
-// and after leaving.
+// and after leaving. No ring is lost: one that comes while the owner is not
+// waiting ends its next Wait at once.
 type Bell interface {
-	// Wait returns after d, or earlier (true) when the owner's bell rang.
+	// Wait returns after d, or earlier (true) when the owner's bell rang
+	// during the wait or since the previous Wait returned.
 	Wait(ctx context.Context, owner string, d time.Duration) (bool, error)
-	// Ring wakes owner's Wait, if it is waiting.
+	// Ring wakes owner's Wait, or its next one if it is not waiting.
 	Ring(ctx context.Context, owner string) error
 }

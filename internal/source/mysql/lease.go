@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -64,8 +65,9 @@ type LeaseStore struct {
 	live *sql.Conn // holds ownerLiveLock(owner)
 
 	bellMu sync.Mutex
-	bell   *sql.Conn // waits between censuses (see Wait)
-	bellID int64     // its CONNECTION_ID(), 0 before the first Wait
+	bell   *sql.Conn    // waits between censuses (see Wait)
+	bellID int64        // its CONNECTION_ID(), 0 before the first Wait
+	heard  atomic.Int64 // the ring count as the last Wait left it
 }
 
 var _ lease.Bell = (*LeaseStore)(nil)
@@ -234,7 +236,8 @@ func (l *LeaseStore) RenewAll(ctx context.Context, p *lease.RenewAllParams) (map
 }
 
 // Expire implements lease.Store. MySQL has no notifications: the
-// successor takes a handed-over lease at its next attempt.
+// balancer rings the successor's bell (see Wait) once the lease is
+// handed over.
 func (l *LeaseStore) Expire(ctx context.Context, p *lease.ExpireParams) error {
 	_, err := l.update(ctx, "expires_at = "+now+" - INTERVAL 1 MICROSECOND, successor = ?", "", []any{p.Successor}, p.Shard, p.Owner, p.Term)
 	return err
@@ -306,23 +309,32 @@ func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[str
 	return counts, held.Err()
 }
 
-// Wait implements lease.Bell: a SLEEP on a connection of its own, whose id
-// the census records as the replica's bell; Ring kills the query, which
-// ends the SLEEP early. A user may kill its own connections' queries.
+// Wait implements lease.Bell: one statement on a connection of its own,
+// whose id the census records as the replica's bell, reads the replica's
+// ring count and SLEEPs unless the count moved since the last Wait; Ring
+// adds one to the count, then kills the bell's query, which ends the SLEEP
+// early. A ring whose KILL came between two Waits (it ended nothing) is
+// heard by the next Wait's read: the count was written before the KILL. A
+// user may kill its own connections' queries.
 func (l *LeaseStore) Wait(ctx context.Context, owner string, d time.Duration) (bool, error) {
 	bell, err := l.bellConn(ctx, owner)
 	if err != nil {
 		return false, err
 	}
-	var interrupted int
-	err = bell.QueryRowContext(ctx, "SELECT SLEEP(?)", d.Seconds()).Scan(&interrupted)
-	var me *gomysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1317 {
-		// MariaDB ends a killed SLEEP with "query execution was
-		// interrupted", MySQL with 1: rung either way.
+	heard := l.heard.Load()
+	var (
+		ring  int64
+		slept int
+	)
+	err = bell.QueryRowContext(ctx, "SELECT ring, IF(ring = ?, SLEEP(?), 0) FROM (SELECT COALESCE(MAX(ring), 0) AS ring FROM "+
+		l.rdb+".replicas WHERE owner = ?) r", heard, d.Seconds(), owner).Scan(&ring, &slept)
+	switch {
+	case interrupted(err) || err == nil && slept == 1:
+		// Killed: MariaDB ends the statement with "query execution was
+		// interrupted", MySQL may return 1 from the SLEEP.
+		l.hear(ctx, bell, owner)
 		return true, nil
-	}
-	if err != nil {
+	case err != nil:
 		l.bellMu.Lock()
 		if l.bell == bell {
 			_ = bell.Close()
@@ -330,8 +342,28 @@ func (l *LeaseStore) Wait(ctx context.Context, owner string, d time.Duration) (b
 		}
 		l.bellMu.Unlock()
 		return false, fmt.Errorf("bell: %w", err)
+	case ring != heard:
+		l.heard.Store(ring) // rung since the last Wait
+		return true, nil
 	}
-	return interrupted == 1, nil
+	return false, nil
+}
+
+// hear records the ring count after a ring ended a Wait, so that the next
+// Wait does not count that ring again. A count it could not read is left as
+// it was: the next Wait then returns at once, which costs a census.
+func (l *LeaseStore) hear(ctx context.Context, bell *sql.Conn, owner string) {
+	var ring int64
+	err := bell.QueryRowContext(ctx, "SELECT COALESCE(MAX(ring), 0) FROM "+l.rdb+".replicas WHERE owner = ?", owner).Scan(&ring)
+	if err == nil {
+		l.heard.Store(ring)
+	}
+}
+
+// interrupted says err is MariaDB's answer to a killed query.
+func interrupted(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1317
 }
 
 // bellConn is the bell's connection, opened and recorded on first use.
@@ -358,11 +390,19 @@ func (l *LeaseStore) bellConn(ctx context.Context, owner string) (*sql.Conn, err
 	return c, nil
 }
 
-// Ring implements lease.Bell: it kills the query of owner's bell, while
-// owner's heartbeat is live (so that the connection id is still its).
+// Ring implements lease.Bell: while owner's heartbeat is live (so that the
+// connection id is still its), it adds one to owner's ring count, then kills
+// the query of owner's bell (see Wait).
 func (l *LeaseStore) Ring(ctx context.Context, owner string) error {
+	res, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".replicas SET ring = ring + 1 WHERE owner = ? AND expires_at > "+now, owner)
+	if err != nil {
+		return fmt.Errorf("ring %s: %w", owner, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return err // not a live replica
+	}
 	var id int64
-	err := l.db.QueryRowContext(ctx, "SELECT bell FROM "+l.rdb+".replicas WHERE owner = ? AND bell IS NOT NULL AND expires_at > "+now,
+	err = l.db.QueryRowContext(ctx, "SELECT bell FROM "+l.rdb+".replicas WHERE owner = ? AND bell IS NOT NULL AND expires_at > "+now,
 		owner).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil
