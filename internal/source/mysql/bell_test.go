@@ -86,3 +86,35 @@ func TestBell(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestBellLetsGoOfReplicas: a wait reads the replicas table in its SLEEP's
+// statement, and so holds a metadata lock on it; a wait given up (its
+// context ended) ends its SLEEP on the server too, so that DDL on the table
+// (a migration, dropping the database) does not wait for it.
+func TestBellLetsGoOfReplicas(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	a := "a-" + mytest.Suffix()
+	sa := mysql.NewLeaseStore(e.db, e.relayDB, a)
+	t.Cleanup(func() { _ = sa.Close() })
+	if _, err := sa.Census(ctx, &lease.CensusParams{Owner: a, TTL: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if rung, err := sa.Wait(wctx, a, 30*time.Second); err == nil || rung {
+		t.Fatalf("a wait whose context ended: rung %v, error %v; want an error", rung, err)
+	}
+	conn, err := e.db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "SET SESSION lock_wait_timeout = 2"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.ExecContext(ctx, "ALTER TABLE "+e.relayDB+".replicas COMMENT = 'altered'"); err != nil {
+		t.Fatalf("DDL on the replicas table after the wait was given up: %v", err)
+	}
+}

@@ -86,11 +86,12 @@ func NewLeaseStore(db *sql.DB, relayDB, owner string) *LeaseStore {
 func (s *Store) LeaseFence() *lease.Fence { return &s.Fence }
 
 // Close gives up the liveness lock: to other replicas, this owner is gone.
+// It also ends the bell's wait on the server, which outlives a wait given
+// up by the client (see Wait).
 func (l *LeaseStore) Close() error {
 	l.bellMu.Lock()
 	if l.bell != nil {
-		_ = l.bell.Close()
-		l.bell = nil
+		l.dropBell(context.Background())
 	}
 	l.bellMu.Unlock()
 	l.mu.Lock()
@@ -314,8 +315,12 @@ func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[str
 // ring count and SLEEPs unless the count moved since the last Wait; Ring
 // adds one to the count, then kills the bell's query, which ends the SLEEP
 // early. A ring whose KILL came between two Waits (it ended nothing) is
-// heard by the next Wait's read: the count was written before the KILL. A
-// user may kill its own connections' queries.
+// heard by the next Wait's read: the count was written before the KILL.
+// Reading the count in the SLEEP's own statement leaves no moment between
+// the read and the SLEEP when a KILL would be lost; it holds a shared
+// metadata lock on the replicas table while it sleeps (a third of the TTL
+// at most), which only DDL on that table waits for. A user may kill its
+// own connections' queries.
 func (l *LeaseStore) Wait(ctx context.Context, owner string, d time.Duration) (bool, error) {
 	bell, err := l.bellConn(ctx, owner)
 	if err != nil {
@@ -337,8 +342,7 @@ func (l *LeaseStore) Wait(ctx context.Context, owner string, d time.Duration) (b
 	case err != nil:
 		l.bellMu.Lock()
 		if l.bell == bell {
-			_ = bell.Close()
-			l.bell = nil
+			l.dropBell(ctx)
 		}
 		l.bellMu.Unlock()
 		return false, fmt.Errorf("bell: %w", err)
@@ -364,6 +368,18 @@ func (l *LeaseStore) hear(ctx context.Context, bell *sql.Conn, owner string) {
 func interrupted(err error) bool {
 	var me *gomysql.MySQLError
 	return errors.As(err, &me) && me.Number == 1317
+}
+
+// dropBell closes the bell's connection, first ending its query on the
+// server: a SLEEP whose client went away (a wait whose context ended) goes
+// on there for a while, holding its lock on the replicas table. The caller
+// holds bellMu.
+func (l *LeaseStore) dropBell(ctx context.Context) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	_, _ = l.db.ExecContext(kctx, fmt.Sprintf("KILL QUERY %d", l.bellID))
+	cancel()
+	_ = l.bell.Close()
+	l.bell = nil
 }
 
 // bellConn is the bell's connection, opened and recorded on first use.
