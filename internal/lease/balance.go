@@ -55,12 +55,13 @@ func handOvers(counts map[string]int, me string, shards int) []string {
 }
 
 // Balancer shares one database's shards among the relay processes that
-// run them: it registers this process as a live replica with a heartbeat,
-// takes a census of the live replicas and of the shards each holds, and
-// from it says whether this process may take a free shard (while it holds
-// fewer than its share) and which of its shards to hand over to whom (see
-// handOvers). Hold asks it before every acquisition and tells it what it
-// holds. One Balancer serves every shard of a Leases.
+// run them, and holds this process's leases there: it registers the
+// process as a live replica with a heartbeat, takes a census of the live
+// replicas and of the shards each holds, and from it says whether this
+// process may take a free shard (while it holds fewer than its share) and
+// which of its shards to hand over to whom (see handOvers); it renews every
+// lease the process holds, in one statement. Hold keeps one shard under
+// it. One Balancer serves every shard of a Leases, a process alone too.
 type Balancer struct {
 	leases *Leases
 	ttl    time.Duration
@@ -76,8 +77,8 @@ type Balancer struct {
 }
 
 // NewBalancer returns the balancer of l's shards; leases last ttl, the
-// heartbeat and census run every third of it. Run must be running for
-// Hold to acquire anything through it.
+// renewals, heartbeat and census run every third of it. Run must be
+// running for Hold to acquire anything.
 func NewBalancer(l *Leases, ttl time.Duration, log *slog.Logger) *Balancer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)

@@ -32,9 +32,10 @@
 //     without renewal: the longest a dead holder's shard waits for another
 //     replica when its death cannot be seen (a partition, a frozen
 //     process).
-//   - The renewal interval is a third of the TTL: the holder renews at that
-//     pace from the moment it has the lease, and standby replicas try to
-//     acquire at the same pace.
+//   - The renewal interval is a third of the TTL: the balancer renews
+//     every lease its process holds in the database at that pace, in one
+//     statement (RenewAll), and standby shards try to acquire at every
+//     census, which comes at the same pace or sooner.
 //   - The trust window is half the TTL, shorter than the TTL: a holder whose
 //     renewals have all failed for that long stops claiming, before its
 //     lease can have expired and been taken over. A renewal that finds the
@@ -79,16 +80,19 @@
 // window, Hold cancels the work: the worker stops claiming and finishes its
 // batches in flight, whose completions fail with ErrLeaseLost (their rows
 // go back to the pending set for the new holder). The replica then stands
-// by, trying to acquire again every third of the TTL. A worker that stops
-// on its own makes Hold acquire again, keeping its term while the lease is
-// still its own. On shutdown Hold releases the lease (expires it at once),
-// so that a standby replica takes the shard over without waiting.
+// by, trying to acquire again at every census. A worker that stops on its
+// own makes Hold acquire again, keeping its term while the lease is still
+// its own. On shutdown Hold hands the lease to another replica, or
+// releases it (expires it at once) when there is none, so that a standby
+// replica takes the shard over without waiting.
 //
 // # Balance
 //
 // Replicas share a database's shards rather than the first one taking
-// them all. A Balancer per database and process (one for every Hold of that
-// database) keeps the process registered in the relay schema's replicas
+// them all. Every Hold runs under the Balancer of its database and process
+// (Balancer.Hold), a process alone too (one replica of one): there is one
+// renewal loop and one set of rules. The balancer renews the process's
+// leases, keeps the process registered in the relay schema's replicas
 // table with a heartbeat every third of the TTL, and each heartbeat is a
 // census: the live replicas (heartbeat unexpired, and alive as Alive says,
 // so a killed process drops out at the next census rather than after its

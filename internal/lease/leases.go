@@ -8,8 +8,9 @@ import (
 
 // Leases grants shards to one owner at a time through a database's lease
 // table (a Store). Acquire takes a free or expired shard (or renews one this
-// owner holds); Renew extends it; Release gives it up at once. It is safe
-// for concurrent use as far as its Store is.
+// owner holds); RenewAll extends the owner's leases; Release gives one up at
+// once. A relay process holds its leases through a Balancer (Balancer.Hold),
+// which renews them. It is safe for concurrent use as far as its Store is.
 type Leases struct {
 	store Store
 	owner string
@@ -105,7 +106,7 @@ func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration, r
 		ok, err = l.store.Insert(ctx, &InsertParams{Shard: shard, Owner: l.owner, TTL: ttl})
 	case stepKeep:
 		ls.Term, ls.Unended = row.Term, NextUnended(SplitOwners(row.Unended), "", l.owner)
-		ok, err = l.store.Renew(ctx, &RenewParams{Shard: shard, Owner: l.owner, Term: row.Term, TTL: ttl, Expired: true})
+		ok, err = l.store.Renew(ctx, &RenewParams{Shard: shard, Owner: l.owner, Term: row.Term, TTL: ttl})
 	case stepTake:
 		// A change of owner adds the previous one to the owners whose
 		// claims may still be open, unless it handed the lease over: it
@@ -130,16 +131,6 @@ func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration, r
 		return nil, nil // another replica changed the lease first
 	}
 	return ls, nil
-}
-
-// Renew extends a lease this owner still holds with the same term; false
-// means it was lost.
-func (l *Leases) Renew(ctx context.Context, ls *Lease, ttl time.Duration) (bool, error) {
-	ok, err := l.store.Renew(ctx, &RenewParams{Shard: ls.Shard, Owner: ls.Owner, Term: ls.Term, TTL: ttl})
-	if err != nil {
-		return false, fmt.Errorf("renew lease on %s: %w", ls.Shard, err)
-	}
-	return ok, nil
 }
 
 // RenewAll extends every lease of ls (all this owner's) still held with

@@ -25,8 +25,8 @@ type Store interface {
 	// with term p.Term and expired; false otherwise.
 	Take(ctx context.Context, p *TakeParams) (bool, error)
 	// Renew extends the lease of p.Owner with term p.Term by p.TTL from
-	// now, only while unexpired unless p.Expired; false when the row is
-	// no longer so.
+	// now, expired or not (its holder acquires it again); false when the
+	// row is no longer so.
 	Renew(ctx context.Context, p *RenewParams) (bool, error)
 	// RenewAll extends by p.TTL from now every lease of p.Leases still
 	// held unexpired by p.Owner with its term, in one statement (or as
@@ -88,13 +88,12 @@ type TakeParams struct {
 	Unended string // JoinOwners of the owners the new holder must end
 }
 
-// RenewParams extend a lease.
+// RenewParams extend a lease its holder acquires again.
 type RenewParams struct {
-	Shard   string
-	Owner   string
-	Term    int64
-	TTL     time.Duration
-	Expired bool // extend it even when it has expired (its holder acquires it again)
+	Shard string
+	Owner string
+	Term  int64
+	TTL   time.Duration
 }
 
 // RenewAllParams extend the leases of one owner.

@@ -3,7 +3,6 @@ package leasetest
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"maps"
 	"strings"
 	"sync"
@@ -142,7 +141,7 @@ func replica(t *testing.T, o Owner, env Env, shards []string, ttl time.Duration,
 	wg.Go(func() { b.Run(ctx) })
 	for _, s := range shards {
 		wg.Go(func() {
-			o.Leases().Hold(ctx, lease.HoldOptions{Shard: s, TTL: ttl, Table: env.Table(), Balancer: b}, h.work(o.Name(), s))
+			b.Hold(ctx, lease.HoldOptions{Shard: s, Table: env.Table()}, h.work(o.Name(), s))
 		})
 	}
 	stopped := false
@@ -206,35 +205,6 @@ func testRenewAll(t *testing.T, h Harness) {
 		t.Fatalf("renewed %v, want %v", got, want)
 	}
 	renews(t, a, l1, true)
-}
-
-// testBalancedHoldStopsWhenLost: under a balancer, whose one statement
-// renews the process's leases, a holder whose lease was taken stops its
-// work at the next renewal, told by the renewal (not by its trust window
-// running out, which would stop it too, later).
-func testBalancedHoldStopsWhenLost(t *testing.T, h Harness) {
-	env := h.NewEnv(t, 0)
-	const ttl = 900 * time.Millisecond
-	a, b := env.Owner(t, "a"), env.Owner(t, "b")
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	defer func() { cancel(); wg.Wait() }()
-	bal := lease.NewBalancer(a.Leases(), ttl, nil)
-	wg.Go(func() { bal.Run(ctx) })
-	started, stopped := make(chan struct{}, 1), make(chan struct{}, 1)
-	logged := &lines{}
-	wg.Go(func() {
-		a.Leases().Hold(ctx, lease.HoldOptions{Shard: "s", TTL: ttl, Table: env.Table(), Balancer: bal,
-			Logger: slog.New(slog.NewTextHandler(logged, nil))},
-			func(ctx context.Context) { started <- struct{}{}; <-ctx.Done(); stopped <- struct{}{} })
-	})
-	within(t, started, 10*time.Second, "a's work starts")
-	env.ExpireAll(t)
-	acquire(t, b, "s", time.Minute, 2, a.Name())
-	within(t, stopped, 5*time.Second, "a's work stops once its lease is taken")
-	if out := logged.String(); !strings.Contains(out, "lease lost to another replica; stopping") {
-		t.Fatalf("a stopped without a renewal finding its lease taken:\n%s", out)
-	}
 }
 
 // lines is a log destination safe for concurrent writes.

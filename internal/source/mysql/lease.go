@@ -54,8 +54,9 @@ func (l *Leases) WaitForOwner(ctx context.Context, owner string) error {
 }
 
 // LeaseStore is the lease table of a relay database: lease.Store in
-// MySQL's SQL. Its Get and Renew keep owner's liveness lock (every
-// acquisition begins with a Get, every renewal is a Renew).
+// MySQL's SQL. Its Get, Renew, RenewAll and Census keep owner's liveness
+// lock (every acquisition begins with a Get, the balancer renews with
+// RenewAll and takes a census every third of the TTL).
 type LeaseStore struct {
 	db    *sql.DB
 	rdb   string
@@ -191,11 +192,7 @@ func (l *LeaseStore) Renew(ctx context.Context, p *lease.RenewParams) (bool, err
 	if err := l.stayAlive(ctx); err != nil {
 		return false, err
 	}
-	cond := " AND expires_at >= " + now
-	if p.Expired {
-		cond = ""
-	}
-	return l.update(ctx, "expires_at = "+now+" + INTERVAL ? MICROSECOND", cond, []any{p.TTL.Microseconds()}, p.Shard, p.Owner, p.Term)
+	return l.update(ctx, "expires_at = "+now+" + INTERVAL ? MICROSECOND", "", []any{p.TTL.Microseconds()}, p.Shard, p.Owner, p.Term)
 }
 
 // RenewAll implements lease.Store (and keeps this owner alive): one UPDATE

@@ -78,12 +78,8 @@ WHERE shard = $1 AND owner = $2 AND term = $3 AND expires_at < now()`,
 
 // Renew implements lease.Store.
 func (l *LeaseStore) Renew(ctx context.Context, p *lease.RenewParams) (bool, error) {
-	q := `UPDATE ` + l.schema + `.leases SET expires_at = now() + $4 * interval '1 millisecond'
-WHERE shard = $1 AND owner = $2 AND term = $3`
-	if !p.Expired {
-		q += ` AND expires_at >= now()`
-	}
-	tag, err := l.pool.Exec(ctx, q, p.Shard, p.Owner, p.Term, p.TTL.Milliseconds())
+	tag, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET expires_at = now() + $4 * interval '1 millisecond'
+WHERE shard = $1 AND owner = $2 AND term = $3`, p.Shard, p.Owner, p.Term, p.TTL.Milliseconds())
 	return err == nil && tag.RowsAffected() == 1, err
 }
 
