@@ -57,6 +57,9 @@ func (b *Balancer) Hold(ctx context.Context, o HoldOptions, work func(ctx contex
 	defer b.part(o.Shard)
 	standby, held := false, false
 	for ctx.Err() == nil {
+		// Taken before the attempt: a census that comes during it (a
+		// hand-over to this process) wakes the wait below at once.
+		changed := b.Changed()
 		ls, err := l.acquireFair(ctx, o.Shard, b.ttl, b)
 		if err != nil || ls == nil {
 			switch {
@@ -75,7 +78,7 @@ func (b *Balancer) Hold(ctx context.Context, o HoldOptions, work func(ctx contex
 			}
 			select {
 			case <-ctx.Done():
-			case <-b.Changed():
+			case <-changed:
 			case <-time.After(b.ttl / 3):
 			}
 			continue
