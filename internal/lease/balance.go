@@ -105,6 +105,8 @@ func (b *Balancer) Run(ctx context.Context) {
 		go b.listen(ctx, bell)
 	}
 	last := time.Time{}
+	recount := time.NewTimer(0)
+	defer recount.Stop()
 	for {
 		// A nudge takes a census; the leases are renewed on the ticker's
 		// pace (and before, when it is due).
@@ -115,8 +117,16 @@ func (b *Balancer) Run(ctx context.Context) {
 				last = time.Now()
 			}
 		}
-		if err := b.census(ctx); err != nil && ctx.Err() == nil {
+		next, err := b.census(ctx)
+		if err != nil && ctx.Err() == nil {
 			b.log.Warn("replica census", "err", err)
+		}
+		// A replica counted only until its grace runs out (its sessions
+		// are gone: killed, or a blip) is counted out as soon as it does,
+		// not at the next tick.
+		recount.Stop()
+		if next > 0 {
+			recount.Reset(next + b.ttl/100)
 		}
 		select {
 		case <-ctx.Done():
@@ -129,19 +139,21 @@ func (b *Balancer) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-b.nudge:
+		case <-recount.C:
 		}
 	}
 }
 
 // census registers this process, counts the live replicas' shards and
-// hands over this process's surplus.
-func (b *Balancer) census(ctx context.Context) error {
+// hands over this process's surplus. It returns how long until a replica
+// it counts drops out unless it beats again (0: none).
+func (b *Balancer) census(ctx context.Context) (time.Duration, error) {
 	b.mu.Lock()
 	shards := slices.Sorted(maps.Keys(b.shards))
 	b.mu.Unlock()
-	counts, err := b.leases.Census(ctx, b.ttl, shards)
+	counts, next, err := b.leases.census(ctx, b.ttl, shards)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -158,7 +170,7 @@ func (b *Balancer) census(ctx context.Context) error {
 	b.changed = make(chan struct{})
 	b.counts = counts
 	if len(b.giving) > 0 {
-		return nil // the last hand-over is not over: the census does not show it yet
+		return next, nil // the last hand-over is not over: the census does not show it yet
 	}
 	to := handOvers(counts, me, len(b.shards))
 	// The shards handed over are the last by name: which ones does not
@@ -173,7 +185,7 @@ func (b *Balancer) census(ctx context.Context) error {
 		b.log.Info("handing shards over to balance the replicas", "shards", len(to), "replicas", len(counts),
 			"share", Share(len(b.shards), len(counts)))
 	}
-	return nil
+	return next, nil
 }
 
 // Changed returns a channel closed at the next census.

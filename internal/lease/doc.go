@@ -94,9 +94,16 @@
 // renewal loop and one set of rules. The balancer renews the process's
 // leases, keeps the process registered in the relay schema's replicas
 // table with a heartbeat every third of the TTL, and each heartbeat is a
-// census: the live replicas (heartbeat unexpired, and alive as Alive says,
-// so a killed process drops out at the next census rather than after its
-// TTL) and how many of the shards each holds. From it:
+// census: the live replicas and how many of the shards each holds. The
+// store reads the facts (how long each replica's heartbeat has to run,
+// whether its process has a session now, as Alive says); one rule in Go
+// (Live) decides: a replica is live while its heartbeat is unexpired and
+// it has a session, or while its last heartbeat is younger than the trust
+// window (half the TTL). A replica whose connection blipped between two
+// heartbeats is thus not taken for gone, a killed one drops out within
+// half a TTL of its last heartbeat rather than after its TTL, and a frozen
+// or cut-off one, whose sessions may linger on the server, once its
+// heartbeat has expired. From the census:
 //
 //   - Claim. A replica acquires a free or expired shard only while it
 //     holds fewer than its share, shards ÷ live replicas rounded up; its
@@ -124,9 +131,9 @@
 //     no SLEEP to kill, is not lost: the next wait reads the count first
 //     and returns at once.
 //
-// A dead replica is seen at the next census (its connections are gone), and
-// its leases are taken at once by the replicas below their share (Alive),
-// or after the TTL when its death cannot be seen (a partition, a frozen
-// process). Every replica must run the same sources of the database: the
+// A dead replica drops out of the census once its last heartbeat is half a
+// TTL old (its connections are gone), and its leases are taken at once by
+// the replicas then below their share (Alive), or after the TTL when its
+// death cannot be seen (a partition, a frozen process). Every replica must run the same sources of the database: the
 // share is counted over the shards this process runs.
 package lease

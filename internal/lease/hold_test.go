@@ -53,8 +53,8 @@ func (s *handing) Take(_ context.Context, p *TakeParams) (bool, error) {
 
 func (s *handing) Expire(context.Context, *ExpireParams) error { return nil }
 
-func (s *handing) Census(context.Context, *CensusParams) (map[string]int, error) {
-	return map[string]int{"me": 0, "other": 1}, nil
+func (s *handing) Census(context.Context, *CensusParams) ([]Replica, error) {
+	return []Replica{{Owner: "me", Left: time.Minute, Session: true}, {Owner: "other", Left: time.Minute, Session: true, Holds: 1}}, nil
 }
 
 // TestStandbyWakesAtACensusDuringItsAttempt: a shard standing by tries
@@ -67,7 +67,7 @@ func TestStandbyWakesAtACensusDuringItsAttempt(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	st := &handing{row: Row{Owner: "other", Term: 1}, reading: make(chan struct{}), proceed: make(chan struct{})}
 	b := NewBalancer(New(st, "me"), time.Minute, nil) // no Run: the test takes the censuses
-	if err := b.census(ctx); err != nil {
+	if _, err := b.census(ctx); err != nil {
 		t.Fatal(err)
 	}
 	started := make(chan struct{})
@@ -79,7 +79,7 @@ func TestStandbyWakesAtACensusDuringItsAttempt(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	<-st.reading
 	st.handOver("me")
-	if err := b.census(ctx); err != nil {
+	if _, err := b.census(ctx); err != nil {
 		t.Fatal(err)
 	}
 	close(st.proceed) // the attempt saw the row as it was: another's

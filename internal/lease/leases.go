@@ -188,9 +188,53 @@ func (l *Leases) Row(ctx context.Context, shard string, reserve time.Duration) (
 }
 
 // Census registers this owner as a live replica for ttl and returns every
-// live replica with how many of shards it holds (see Store.Census).
+// live replica (see Live), this owner always, with how many of shards it
+// holds.
 func (l *Leases) Census(ctx context.Context, ttl time.Duration, shards []string) (map[string]int, error) {
-	return l.store.Census(ctx, &CensusParams{Owner: l.owner, TTL: ttl, Shards: shards})
+	counts, _, err := l.census(ctx, ttl, shards)
+	return counts, err
+}
+
+// census is Census, and how long until one of the other replicas it counts
+// drops out unless it beats again or reconnects (0: none is counted).
+func (l *Leases) census(ctx context.Context, ttl time.Duration, shards []string) (map[string]int, time.Duration, error) {
+	rs, err := l.store.Census(ctx, &CensusParams{Owner: l.owner, TTL: ttl, Shards: shards})
+	if err != nil {
+		return nil, 0, err
+	}
+	counts := map[string]int{l.owner: 0}
+	var next time.Duration
+	for _, r := range rs {
+		if r.Owner == l.owner {
+			counts[r.Owner] = r.Holds
+		} else if d := liveFor(r, ttl); d > 0 {
+			counts[r.Owner] = r.Holds
+			if next == 0 || d < next {
+				next = d
+			}
+		}
+	}
+	return counts, next, nil
+}
+
+// Live is the one rule of a replica's liveness in a census of replicas
+// whose leases last ttl: its heartbeat is unexpired, and either its
+// process is connected now or its last heartbeat is younger than the trust
+// window (half the TTL). A replica whose connections blipped between two
+// heartbeats is therefore not taken for gone, while one that was killed
+// drops out within half a TTL of its last heartbeat, and one that is
+// frozen or cut off (whose sessions may linger on the server for long)
+// once its heartbeat has expired.
+func Live(r Replica, ttl time.Duration) bool { return liveFor(r, ttl) > 0 }
+
+// liveFor is how long r stays live (see Live) as it is now, without a new
+// heartbeat or a session: 0 when it is not.
+func liveFor(r Replica, ttl time.Duration) time.Duration {
+	d := r.Left
+	if !r.Session {
+		d -= ttl - ttl/2
+	}
+	return max(d, 0)
 }
 
 // Leave removes this owner from the live replicas.

@@ -43,11 +43,11 @@ type Store interface {
 	// left (or ctx ends). What it may not end it waits for, saying so
 	// through p.Warn.
 	EndOwner(ctx context.Context, p *EndOwnerParams) error
-	// Census registers p.Owner as a live replica until p.TTL from now and
-	// returns every live replica (registered, unexpired and alive as Alive
-	// says) with how many of p.Shards it holds unexpired; p.Owner is
-	// always in it.
-	Census(ctx context.Context, p *CensusParams) (map[string]int, error)
+	// Census registers p.Owner as a replica with a heartbeat that expires
+	// p.TTL from now and returns every registered replica as the database
+	// sees it, p.Owner among them. It decides nothing: which replicas are
+	// live, Leases.Census decides (see Live).
+	Census(ctx context.Context, p *CensusParams) ([]Replica, error)
 	// Leave removes p.Owner from the live replicas.
 	Leave(ctx context.Context, p *LeaveParams) error
 }
@@ -113,6 +113,20 @@ type ExpireParams struct {
 	// may take it for a while, and replicas waiting for leases are told at
 	// once where the dialect can (PostgreSQL: NOTIFY).
 	Successor string
+}
+
+// Replica is a registered replica as a census reads it.
+type Replica struct {
+	Owner string
+	// Left is how long its heartbeat has still to run, by the database's
+	// clock: its TTL less the age of its last heartbeat (negative once
+	// expired).
+	Left time.Duration
+	// Session says its process is connected to the database now (as
+	// Alive says).
+	Session bool
+	// Holds is how many of CensusParams.Shards it holds unexpired.
+	Holds int
 }
 
 // CensusParams register a replica and name the shards it counts.

@@ -13,36 +13,45 @@ import (
 )
 
 // testCensus: a census registers its owner and counts, per live replica,
-// the listed shards it holds unexpired; a replica whose process died or
-// that left is not counted.
+// the listed shards it holds unexpired. Live is a rule of two facts the
+// store reads (lease.Live): a replica connected now whose heartbeat is
+// unexpired is live; one whose sessions are gone counts while its last
+// heartbeat is younger than half the TTL (its connection may have
+// blipped), not after; one whose heartbeat expired does not count however
+// connected (frozen); one that left does not count.
 func testCensus(t *testing.T, h Harness) {
 	ctx := context.Background()
 	env := h.NewEnv(t, 0)
 	a, b, c := env.Owner(t, "a"), env.Owner(t, "b"), env.Owner(t, "c")
+	d, e := env.Owner(t, "d"), env.Owner(t, "e")
 	shards := []string{"s1", "s2", "s3"}
-	census := func(o Owner) map[string]int {
+	census := func(o Owner, ttl time.Duration) map[string]int {
 		t.Helper()
-		got, err := o.Leases().Census(ctx, time.Minute, shards)
+		got, err := o.Leases().Census(ctx, ttl, shards)
 		if err != nil {
 			t.Fatalf("%s's census: %v", o.Name(), err)
 		}
 		return got
 	}
-	census(a)
-	census(c)
+	census(a, time.Minute)
+	census(c, time.Minute)
+	census(e, 50*time.Millisecond) // its heartbeat expires at once: frozen
 	acquire(t, a, "s1", time.Minute, 1, "")
 	acquire(t, a, "s2", time.Minute, 1, "")
 	acquire(t, a, "elsewhere", time.Minute, 1, "") // not one of the shards counted
 	acquire(t, c, "s3", time.Minute, 1, "")
-	if got, want := census(b), map[string]int{a.Name(): 2, b.Name(): 0, c.Name(): 1}; !maps.Equal(got, want) {
+	census(d, 10*time.Second) // its heartbeat is older than half a minute's TTL at once
+	time.Sleep(100 * time.Millisecond)
+	if got, want := census(b, time.Minute), map[string]int{a.Name(): 2, b.Name(): 0, c.Name(): 1, d.Name(): 0}; !maps.Equal(got, want) {
 		t.Fatalf("b's census: %v, want %v", got, want)
 	}
 	c.Die(t)
+	d.Die(t)
 	if err := b.Leases().Leave(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := census(a), map[string]int{a.Name(): 2}; !maps.Equal(got, want) {
-		t.Fatalf("a's census after c died and b left: %v, want %v", got, want)
+	if got, want := census(a, time.Minute), map[string]int{a.Name(): 2, c.Name(): 1}; !maps.Equal(got, want) {
+		t.Fatalf("a's census after c and d died and b left: %v, want %v (c's heartbeat is fresh, d's is not)", got, want)
 	}
 }
 

@@ -29,9 +29,11 @@
 //     anything;
 //   - RenewAll renews, in one statement, exactly the owner's leases still
 //     held unexpired with their terms;
-//   - a census counts the live replicas and the shards each holds (not a
-//     dead one, nor one that left); a lease handed over is reserved for its
-//     successor;
+//   - a census counts the live replicas and the shards each holds: a
+//     replica whose sessions are gone counts while its last heartbeat is
+//     younger than half the TTL (a blip) and not after (dead), one whose
+//     heartbeat expired does not count however connected (frozen), nor one
+//     that left; a lease handed over is reserved for its successor;
 //   - replicas running Hold under a Balancer share the shards: one alone
 //     holds all, a joining one gets its share from the others, a leaving
 //     one's shards are taken within a third of the TTL, and no shard's work

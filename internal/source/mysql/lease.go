@@ -241,9 +241,9 @@ func (l *LeaseStore) Expire(ctx context.Context, p *lease.ExpireParams) error {
 	return err
 }
 
-// Census implements lease.Store: a replica is alive while its heartbeat is
-// unexpired and a connection holds its liveness lock.
-func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[string]int, error) {
+// Census implements lease.Store: a replica has a session while a
+// connection holds its liveness lock.
+func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) ([]lease.Replica, error) {
 	if err := l.stayAlive(ctx); err != nil {
 		return nil, err
 	}
@@ -261,25 +261,31 @@ func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[str
 	if _, err := l.db.ExecContext(ctx, "DELETE FROM "+l.rdb+".replicas WHERE expires_at < "+now+" - INTERVAL 1 HOUR"); err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
 	}
-	counts := map[string]int{p.Owner: 0}
-	rows, err := l.db.QueryContext(ctx, "SELECT owner FROM "+l.rdb+".replicas WHERE owner <> ? AND expires_at > "+now+
-		" AND IS_USED_LOCK(CONCAT('outbox-relay ', LEFT(SHA2(owner, 256), 20), ' live')) IS NOT NULL", p.Owner)
+	rows, err := l.db.QueryContext(ctx, "SELECT owner, TIMESTAMPDIFF(MICROSECOND, "+now+", expires_at), "+
+		"IS_USED_LOCK(CONCAT('outbox-relay ', LEFT(SHA2(owner, 256), 20), ' live')) IS NOT NULL FROM "+l.rdb+".replicas")
 	if err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
 	}
 	defer rows.Close()
+	var out []lease.Replica
+	at := map[string]int{}
 	for rows.Next() {
-		var o string
-		if err := rows.Scan(&o); err != nil {
+		var (
+			r    lease.Replica
+			left int64
+		)
+		if err := rows.Scan(&r.Owner, &left, &r.Session); err != nil {
 			return nil, fmt.Errorf("census of the replicas: %w", err)
 		}
-		counts[o] = 0
+		r.Left = time.Duration(left) * time.Microsecond
+		at[r.Owner] = len(out)
+		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
 	}
 	if len(p.Shards) == 0 {
-		return counts, nil
+		return out, nil
 	}
 	q := "SELECT owner, COUNT(*) FROM " + l.rdb + ".leases WHERE expires_at >= " + now + " AND shard IN (?" +
 		strings.Repeat(", ?", len(p.Shards)-1) + ") GROUP BY owner"
@@ -300,11 +306,11 @@ func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[str
 		if err := held.Scan(&o, &n); err != nil {
 			return nil, fmt.Errorf("census of the replicas: %w", err)
 		}
-		if _, live := counts[o]; live {
-			counts[o] = n
+		if i, ok := at[o]; ok {
+			out[i].Holds = n
 		}
 	}
-	return counts, held.Err()
+	return out, held.Err()
 }
 
 // Wait implements lease.Bell: one statement on a connection of its own,
