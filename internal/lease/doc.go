@@ -127,9 +127,10 @@
 //     notifications: each replica waits on a bell (Bell: a SLEEP on a
 //     connection of its own) and the replica that hands over, leaves or
 //     joins rings the others' (it counts a ring in the replica's row, then
-//     kills the SLEEP). A ring that comes between two waits, when there is
-//     no SLEEP to kill, is not lost: the next wait reads the count first
-//     and returns at once.
+//     kills the SLEEP; the ringers of one replica take turns, as two KILLs
+//     of one query at once can stall each other for seconds). A ring that
+//     comes between two waits, when there is no SLEEP to kill, is not
+//     lost: the next wait reads the count first and returns at once.
 //
 // A dead replica drops out of the census once its last heartbeat is half a
 // TTL old (its connections are gone), and its leases are taken at once by

@@ -2,6 +2,7 @@ package mysql_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -116,5 +117,61 @@ func TestBellLetsGoOfReplicas(t *testing.T) {
 	}
 	if _, err := conn.ExecContext(ctx, "ALTER TABLE "+e.relayDB+".replicas COMMENT = 'altered'"); err != nil {
 		t.Fatalf("DDL on the replicas table after the wait was given up: %v", err)
+	}
+}
+
+// TestBellRungByManyAtOnce: a replica handing several shards to one
+// successor rings its bell once for each, at once. Two KILLs of one query
+// at once can hold each other up on the server for seconds (MariaDB 10.11:
+// about one round in twenty stalled 2 s or more), so the ringers take
+// turns: every round's wait ends within a second.
+func TestBellRungByManyAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	e := newEnv(t)
+	sfx := mytest.Suffix()
+	a, b := "a-"+sfx, "b-"+sfx
+	sa := mysql.NewLeaseStore(e.db, e.relayDB, a)
+	sb := mysql.NewLeaseStore(e.db, e.relayDB, b)
+	t.Cleanup(func() { _ = sa.Close(); _ = sb.Close() })
+	for _, s := range []struct {
+		st    *mysql.LeaseStore
+		owner string
+	}{{sa, a}, {sb, b}} {
+		if _, err := s.st.Census(ctx, &lease.CensusParams{Owner: s.owner, TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sa.Wait(ctx, a, 10*time.Millisecond); err != nil { // opens the bell
+		t.Fatal(err)
+	}
+	for round := range 100 {
+		woke := make(chan error, 1)
+		go func() {
+			_, err := sa.Wait(ctx, a, 30*time.Second)
+			woke <- err
+		}()
+		time.Sleep(30 * time.Millisecond) // asleep
+		start := time.Now()
+		var wg sync.WaitGroup
+		for range 3 {
+			wg.Go(func() {
+				if err := sb.Ring(ctx, a); err != nil {
+					t.Errorf("ring: %v", err)
+				}
+			})
+		}
+		if err := <-woke; err != nil {
+			t.Fatalf("round %d: wait: %v", round, err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Fatalf("round %d: rung three times at once, the wait ended %v later", round, took)
+		}
+		wg.Wait()
+		for { // the rings that came after the wait ended
+			if rung, err := sa.Wait(ctx, a, 10*time.Millisecond); err != nil || !rung {
+				break
+			}
+		}
 	}
 }

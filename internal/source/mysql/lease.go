@@ -411,7 +411,10 @@ func (l *LeaseStore) bellConn(ctx context.Context, owner string) (*sql.Conn, err
 
 // Ring implements lease.Bell: while owner's heartbeat is live (so that the
 // connection id is still its), it adds one to owner's ring count, then kills
-// the query of owner's bell (see Wait).
+// the query of owner's bell (see Wait). Two KILLs of one query at once can
+// hold each other up on the server for seconds (seen on MariaDB 10.11 when
+// a replica hands several shards to one successor): the ringers of an owner,
+// in every process, take turns through a named lock.
 func (l *LeaseStore) Ring(ctx context.Context, owner string) error {
 	res, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".replicas SET ring = ring + 1 WHERE owner = ? AND expires_at > "+now, owner)
 	if err != nil {
@@ -424,12 +427,28 @@ func (l *LeaseStore) Ring(ctx context.Context, owner string) error {
 	err = l.db.QueryRowContext(ctx, "SELECT bell FROM "+l.rdb+".replicas WHERE owner = ? AND bell IS NOT NULL AND expires_at > "+now,
 		owner).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil
+		return nil // no bell yet: its first wait reads the count
 	}
 	if err != nil {
 		return fmt.Errorf("ring %s: %w", owner, err)
 	}
-	if _, err := l.db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id)); err != nil {
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("ring %s: %w", owner, err)
+	}
+	defer conn.Close()
+	// A turn not had within a few seconds is not waited for longer: the
+	// KILL still goes.
+	var turn sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 5)", ownerRingLock(owner)).Scan(&turn); err != nil {
+		return fmt.Errorf("ring %s: %w", owner, err)
+	}
+	if turn.Valid && turn.Int64 == 1 {
+		defer func() {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(?)", ownerRingLock(owner))
+		}()
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id)); err != nil {
 		return fmt.Errorf("ring %s: %w", owner, err)
 	}
 	return nil
