@@ -317,7 +317,11 @@ func (b *Balancer) successor() string {
 }
 
 // reserve is how long a handed-over shard waits for its successor alone.
-func (b *Balancer) reserve() time.Duration { return cmp.Or(b.ttl/2, time.Second) }
+func (b *Balancer) reserve() time.Duration { return reserveFor(b.ttl) }
+
+// reserveFor is how long a shard handed over waits for its successor alone
+// when leases last ttl: half of it.
+func reserveFor(ttl time.Duration) time.Duration { return cmp.Or(ttl/2, time.Second) }
 
 // listen turns the rings of this process's bell into censuses, where the
 // store has a bell (see Bell); it returns when ctx ends.

@@ -115,8 +115,9 @@
 //     the same time do not pile onto one taker. A shard handed over stops
 //     its work like a lost lease (batches in flight finish), then its lease
 //     is expired naming the successor. For half the TTL only the successor
-//     may take it (the giver neither), and it takes it even beyond its
-//     share. Taking it is an ordinary takeover: the next term, the previous
+//     may take it (the giver neither), it takes it even beyond its share,
+//     and censuses count it as the successor's already (a giver counting it
+//     as nobody's would give the successor one more at its next census). Taking it is an ordinary takeover: the next term, the previous
 //     owner ended, fencing as above.
 //   - Leave. On shutdown each shard is handed to the least loaded other
 //     live replica, and the replica removes itself from the table.

@@ -189,7 +189,7 @@ func (l *Leases) Row(ctx context.Context, shard string, reserve time.Duration) (
 
 // Census registers this owner as a live replica for ttl and returns every
 // live replica (see Live), this owner always, with how many of shards it
-// holds.
+// holds, a shard handed to it and still reserved for it included.
 func (l *Leases) Census(ctx context.Context, ttl time.Duration, shards []string) (map[string]int, error) {
 	counts, _, err := l.census(ctx, ttl, shards)
 	return counts, err
@@ -198,7 +198,7 @@ func (l *Leases) Census(ctx context.Context, ttl time.Duration, shards []string)
 // census is Census, and how long until one of the other replicas it counts
 // drops out unless it beats again or reconnects (0: none is counted).
 func (l *Leases) census(ctx context.Context, ttl time.Duration, shards []string) (map[string]int, time.Duration, error) {
-	rs, err := l.store.Census(ctx, &CensusParams{Owner: l.owner, TTL: ttl, Shards: shards})
+	rs, err := l.store.Census(ctx, &CensusParams{Owner: l.owner, TTL: ttl, Shards: shards, Reserve: reserveFor(ttl)})
 	if err != nil {
 		return nil, 0, err
 	}

@@ -125,15 +125,19 @@ type Replica struct {
 	// Session says its process is connected to the database now (as
 	// Alive says).
 	Session bool
-	// Holds is how many of CensusParams.Shards it holds unexpired.
+	// Holds is how many of CensusParams.Shards it holds unexpired, or
+	// were handed to it and are still reserved for it (within
+	// CensusParams.Reserve of the hand-over): it is about to take them,
+	// and a giver counting them as nobody's would give it more.
 	Holds int
 }
 
 // CensusParams register a replica and name the shards it counts.
 type CensusParams struct {
-	Owner  string
-	TTL    time.Duration
-	Shards []string
+	Owner   string
+	TTL     time.Duration
+	Shards  []string
+	Reserve time.Duration // how long a handed-over lease stays its successor's
 }
 
 // LeaveParams name a replica that stops.

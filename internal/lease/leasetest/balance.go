@@ -56,15 +56,31 @@ func testCensus(t *testing.T, h Harness) {
 }
 
 // testHandOverReserved: a lease handed over names its successor, reserved
-// for it for a while; taking it clears the successor.
+// for it for a while, and a census counts it as the successor's meanwhile
+// (a giver counting it as nobody's would give the successor more); taking
+// it clears the successor.
 func testHandOverReserved(t *testing.T, h Harness) {
 	ctx := context.Background()
 	env := h.NewEnv(t, 0)
 	a, b := env.Owner(t, "a"), env.Owner(t, "b")
+	census := func(what string) {
+		t.Helper()
+		got, err := a.Leases().Census(ctx, time.Minute, []string{"s"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := map[string]int{a.Name(): 0, b.Name(): 1}; !maps.Equal(got, want) {
+			t.Fatalf("a's census %s: %v, want %v", what, got, want)
+		}
+	}
+	if _, err := b.Leases().Census(ctx, time.Minute, nil); err != nil {
+		t.Fatal(err)
+	}
 	la := acquire(t, a, "s", time.Minute, 1, "")
 	if err := a.Leases().HandOver(ctx, la, b.Name()); err != nil {
 		t.Fatal(err)
 	}
+	census("once a handed s to b")
 	row := func(reserve time.Duration) *lease.Row {
 		t.Helper()
 		r, err := a.Leases().Row(ctx, "s", reserve)
@@ -80,6 +96,7 @@ func testHandOverReserved(t *testing.T, h Harness) {
 		t.Fatalf("a reservation of no time still holds: %+v", r)
 	}
 	lb := acquire(t, b, "s", time.Minute, 2, a.Name())
+	census("once b took s")
 	// a handed it over once its work had ended: its sessions are not
 	// ended (they may hold claims of its other shards on the table).
 	if len(lb.Unended) != 0 {

@@ -33,7 +33,8 @@
 //     replica whose sessions are gone counts while its last heartbeat is
 //     younger than half the TTL (a blip) and not after (dead), one whose
 //     heartbeat expired does not count however connected (frozen), nor one
-//     that left; a lease handed over is reserved for its successor;
+//     that left; a lease handed over is reserved for its successor, and
+//     counted as its successor's meanwhile;
 //   - replicas running Hold under a Balancer share the shards: one alone
 //     holds all, a joining one gets its share from the others, a leaving
 //     one's shards are taken within a third of the TTL, and no shard's work

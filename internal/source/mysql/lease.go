@@ -287,12 +287,15 @@ func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) ([]lease
 	if len(p.Shards) == 0 {
 		return out, nil
 	}
-	q := "SELECT owner, COUNT(*) FROM " + l.rdb + ".leases WHERE expires_at >= " + now + " AND shard IN (?" +
-		strings.Repeat(", ?", len(p.Shards)-1) + ") GROUP BY owner"
-	args := make([]any, len(p.Shards))
-	for i, s := range p.Shards {
-		args[i] = s
+	// A lease handed over and still reserved counts as its successor's.
+	q := "SELECT IF(expires_at >= " + now + ", owner, successor) AS o, COUNT(*) FROM " + l.rdb + ".leases WHERE shard IN (?" +
+		strings.Repeat(", ?", len(p.Shards)-1) + ") AND (expires_at >= " + now +
+		" OR successor <> '' AND expires_at > " + now + " - INTERVAL ? MICROSECOND) GROUP BY o"
+	args := make([]any, 0, len(p.Shards)+1)
+	for _, s := range p.Shards {
+		args = append(args, s)
 	}
+	args = append(args, p.Reserve.Microseconds())
 	held, err := l.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)

@@ -132,10 +132,11 @@ func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) ([]lease
 gone AS (DELETE FROM `+l.schema+`.replicas WHERE expires_at < now() - interval '1 hour')
 SELECT o.owner, (extract(epoch FROM o.expires_at - now()) * 1000000)::bigint,
   o.owner = $1 OR EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = left('outbox-relay ' || o.owner, 63)),
-  (SELECT count(*) FROM `+l.schema+`.leases s WHERE s.owner = o.owner AND s.expires_at >= now() AND s.shard = ANY($3))
+  (SELECT count(*) FROM `+l.schema+`.leases s WHERE s.shard = ANY($3) AND (s.owner = o.owner AND s.expires_at >= now()
+    OR s.successor = o.owner AND s.expires_at < now() AND s.expires_at > now() - $4 * interval '1 millisecond'))
 FROM (SELECT owner, expires_at FROM beat UNION ALL
   SELECT owner, expires_at FROM `+l.schema+`.replicas WHERE owner <> $1) o`,
-		p.Owner, p.TTL.Milliseconds(), p.Shards)
+		p.Owner, p.TTL.Milliseconds(), p.Shards, p.Reserve.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
 	}
