@@ -164,11 +164,40 @@ func (p *procChaos) flowing(what string, n int) {
 func (p *procChaos) finish(procs []*relayProcess) eventledger.Report {
 	p.t.Helper()
 	p.stop()
+	p.t.Cleanup(func() {
+		if p.t.Failed() {
+			p.dump(procs)
+		}
+	})
 	rep := settle(p.t, p.pool, p.l, p.col, int(p.rows.Load()), 90*time.Second)
 	for _, pr := range procs {
 		pr.checkOutput(p.t)
 	}
 	return rep
+}
+
+// dump logs, for a run that failed, the leases as the database has them
+// and the last lines of each process still running.
+func (p *procChaos) dump(procs []*relayProcess) {
+	rows, err := p.pool.Query(context.Background(), "SELECT shard, owner, term, expires_at > now(), unended::text FROM outbox_relay.leases ORDER BY shard")
+	if err == nil {
+		for rows.Next() {
+			var shard, owner, unended string
+			var term int64
+			var live bool
+			if rows.Scan(&shard, &owner, &term, &live, &unended) == nil {
+				p.t.Logf("lease %s: owner %s term %d live %v unended %s", shard, owner, term, live, unended)
+			}
+		}
+		rows.Close()
+	}
+	for _, pr := range procs {
+		if pr.exited() {
+			continue
+		}
+		lines := strings.Split(strings.TrimSpace(pr.out.String()), "\n")
+		p.t.Logf("pid %d, its last lines:\n%s", pr.cmd.Process.Pid, strings.Join(lines[max(len(lines)-25, 0):], "\n"))
+	}
 }
 
 // holderPID is the pid of the process holding the source's lease (owners
