@@ -151,7 +151,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	q.Queue(s.sql.claim.settings, s.idle)
 	q.Queue(stmt, args...)
 	if lease != nil {
-		b.queueLeaseCheck(q)
+		queueLeaseCheck(q, s.opts.RelaySchema, lease)
 	}
 	br := conn.SendBatch(ctx, q)
 	fail := func(err error) (source.Batch, error) {
@@ -186,7 +186,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	rows.Close()
 	err = rows.Err()
 	if err == nil && lease != nil {
-		err = b.leaseHeld(br)
+		err = leaseHeld(br, lease)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -388,7 +388,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	br := b.tx.conn.SendBatch(ctx, &w.q)
 	err := error(nil)
 	if b.lease != nil {
-		err = b.leaseHeld(br)
+		err = leaseHeld(br, b.lease)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -409,10 +409,17 @@ type completion struct {
 	q pgx.Batch // under a lease, its lease check first
 }
 
+// relay is the part of the completion written to the relay's own tables.
+func (w *completion) relay() relayWrites {
+	s := w.b.store
+	return relayWrites{q: &w.q, source: s.opts.Source, table: s.opts.Table, rows: w.b.rows, ties: w.b.ties,
+		retryState: s.sql.retryState, clearRetry: s.sql.clearRetry, insertDead: s.sql.insertDead}
+}
+
 // CheckLease queues the lease check ahead of the writes; Complete reads it
 // first.
 func (w *completion) CheckLease(context.Context) error {
-	w.b.queueLeaseCheck(&w.q)
+	queueLeaseCheck(&w.q, w.b.store.opts.RelaySchema, w.b.lease)
 	return nil
 }
 
@@ -431,31 +438,21 @@ func (w *completion) Acknowledge(_ context.Context, rows []int) error {
 }
 
 func (w *completion) RecordRetries(_ context.Context, rs []source.Retry) error {
-	s, n := w.b.store, len(rs)
-	ids, keys, errs := make([]string, n), make([]string, n), make([]string, n)
-	attempts, at, ties := make([]int32, n), make([]time.Time, n), make([]int64, n)
-	for i, r := range rs {
-		row := &w.b.rows[r.Index]
-		ids[i], keys[i], attempts[i], at[i], errs[i] = row.ID, row.OrderKey, int32(r.Attempts), r.At, r.Err
-		ties[i] = w.b.ties[r.Index]
-	}
-	w.q.Queue(s.sql.retryState, s.opts.Source, ids, keys, attempts, at, errs, ties)
+	s := w.b.store
+	w.relay().retries(rs)
 	if s.sql.retryRow != "" {
+		ids, attempts, errs := make([]string, len(rs)), make([]int32, len(rs)), make([]string, len(rs))
+		for i, r := range rs {
+			ids[i], attempts[i], errs[i] = w.b.rows[r.Index].ID, int32(r.Attempts), r.Err
+		}
 		w.q.Queue(s.sql.retryRow, ids, attempts, errs)
 	}
 	return nil
 }
 
 func (w *completion) DeadLetter(_ context.Context, ds []source.DeadLetter) error {
-	s, n := w.b.store, len(ds)
-	ids, types, topics, keys, pkeys, headers := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
-	payloads, isJSON, reasons, attempts := make([][]byte, n), make([]bool, n), make([]string, n), make([]int32, n)
-	for i, d := range ds {
-		ids[i], payloads[i], isJSON[i], reasons[i], attempts[i] = d.ID, d.Payload, d.PayloadIsJSON, d.Reason, int32(d.Attempts)
-		types[i], topics[i], keys[i], pkeys[i], headers[i] = &d.EventType, d.Topic, d.Key, d.PartitionKey, d.Headers
-	}
-	w.q.Queue(s.sql.insertDead, s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name,
-		ids, types, topics, keys, pkeys, headers, payloads, isJSON, reasons, attempts)
+	s := w.b.store
+	ids, reasons, attempts := w.relay().dead(ds)
 	if s.opts.Layout.Mode == "delete" {
 		w.q.Queue(s.sql.dead, ids)
 	} else {
@@ -465,28 +462,68 @@ func (w *completion) DeadLetter(_ context.Context, ds []source.DeadLetter) error
 }
 
 func (w *completion) ForgetRetries(_ context.Context, ids []string) error {
-	w.q.Queue(w.b.store.sql.clearRetry, w.b.store.opts.Source, ids)
+	w.relay().forget(ids)
 	return nil
 }
 
-// queueLeaseCheck queues the read of the lease the batch was claimed
-// under; leaseHeld reads its answer. The read takes no lock: a lock on the
-// lease row would hold up the owner's own renewals. When the lease is no
-// longer held the check fails with an error (a division by the number of
-// matching leases, zero), so that the statements queued behind it in the
-// same round trip, COMMIT included, are skipped. Queued behind the
-// statements it must follow or ahead of those it guards, it costs no round
-// trip of its own.
-func (b *batch) queueLeaseCheck(q *pgx.Batch) {
-	l := b.lease
-	q.Queue(`SELECT 1 / count(*) FROM `+QuoteIdent(b.store.opts.RelaySchema)+`.leases
+// relayWrites queues the writes of a completion to the relay's own tables,
+// which every PostgreSQL store of an outbox table makes alike: the retry
+// state of rows to try again, the dead letters, the retry state forgotten.
+type relayWrites struct {
+	q      *pgx.Batch
+	source string
+	table  Table
+	rows   []source.Row // the batch's rows, and their places in their transactions
+	ties   []int64
+	// The statements: see retryStateSQL, clearRetrySQL and insertDeadSQL.
+	retryState, clearRetry, insertDead string
+}
+
+func (w relayWrites) retries(rs []source.Retry) {
+	n := len(rs)
+	ids, keys, errs := make([]string, n), make([]string, n), make([]string, n)
+	attempts, at, ties := make([]int32, n), make([]time.Time, n), make([]int64, n)
+	for i, r := range rs {
+		row := &w.rows[r.Index]
+		ids[i], keys[i], attempts[i], at[i], errs[i] = row.ID, row.OrderKey, int32(r.Attempts), r.At, r.Err
+		ties[i] = w.ties[r.Index]
+	}
+	w.q.Queue(w.retryState, w.source, ids, keys, attempts, at, errs, ties)
+}
+
+// dead queues the dead letters and returns their ids, reasons and
+// attempts, for a store that marks them in its table too.
+func (w relayWrites) dead(ds []source.DeadLetter) (ids, reasons []string, attempts []int32) {
+	n := len(ds)
+	ids, types, topics, keys, pkeys, headers := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
+	payloads, isJSON := make([][]byte, n), make([]bool, n)
+	reasons, attempts = make([]string, n), make([]int32, n)
+	for i, d := range ds {
+		ids[i], payloads[i], isJSON[i], reasons[i], attempts[i] = d.ID, d.Payload, d.PayloadIsJSON, d.Reason, int32(d.Attempts)
+		types[i], topics[i], keys[i], pkeys[i], headers[i] = &d.EventType, d.Topic, d.Key, d.PartitionKey, d.Headers
+	}
+	w.q.Queue(w.insertDead, w.source, w.table.Schema, w.table.Name,
+		ids, types, topics, keys, pkeys, headers, payloads, isJSON, reasons, attempts)
+	return ids, reasons, attempts
+}
+
+func (w relayWrites) forget(ids []string) { w.q.Queue(w.clearRetry, w.source, ids) }
+
+// queueLeaseCheck queues the read of lease l in relaySchema; leaseHeld
+// reads its answer. The read takes no lock: a lock on the lease row would
+// hold up the owner's own renewals. When the lease is no longer held the
+// check fails with an error (a division by the number of matching leases,
+// zero), so that the statements queued behind it in the same round trip,
+// COMMIT included, are skipped. Queued behind the statements it must follow
+// or ahead of those it guards, it costs no round trip of its own.
+func queueLeaseCheck(q *pgx.Batch, relaySchema string, l *source.Lease) {
+	q.Queue(`SELECT 1 / count(*) FROM `+QuoteIdent(relaySchema)+`.leases
 WHERE shard = $1 AND owner = $2 AND term = $3`, l.Shard, l.Owner, l.Term)
 }
 
-// leaseHeld reads the answer of a queued lease check: source.ErrLeaseLost
-// when the lease changed owner or term.
-func (b *batch) leaseHeld(br pgx.BatchResults) error {
-	l := b.lease
+// leaseHeld reads the answer of a queued check of lease l:
+// source.ErrLeaseLost when the lease changed owner or term.
+func leaseHeld(br pgx.BatchResults, l *source.Lease) error {
 	var one int64
 	err := br.QueryRow().Scan(&one)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "22012" {
