@@ -246,10 +246,23 @@ func (s *CursorStore) claim(ctx context.Context, limit int) (*cursorBatch, bool,
 		b.tx.end(context.WithoutCancel(ctx))
 		return nil, false, err
 	}
+	if len(b.rows) == 0 && len(b.skipped) == 0 {
+		// Nothing up to the bound: the next claim reads on from it. The
+		// version stays, as nothing is recorded; a range taken in part
+		// that ended here is read past at once.
+		if r.exhausted {
+			s.mu.Lock()
+			if s.gen == gen {
+				s.pos = position{done: r.bound, version: from.version}
+			}
+			s.mu.Unlock()
+		}
+		return nil, r.exhausted && from.bound != "", b.tx.end(ctx)
+	}
 	if len(b.rows) == 0 {
-		if len(b.skipped) == 0 || !s.idleNow() {
-			// Nothing to claim, or rows of held keys only while batches
-			// are in flight: those record the position first.
+		if !s.idleNow() {
+			// Rows of held keys only while batches are in flight: those
+			// record the position first.
 			return nil, false, b.tx.end(ctx)
 		}
 		// Rows of held keys only: record them and read on.

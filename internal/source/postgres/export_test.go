@@ -17,3 +17,9 @@ func CursorAheadSQL(l *layout.Layout, alias, p, orderType string) string {
 
 // PositionOfSQL is the position recorded for source src (an expression).
 func PositionOfSQL(relaySchema, src string) string { return positionOf(QuoteIdent(relaySchema), src) }
+
+// ClaimSQL is a cursor's claim: its transaction's settings, the claim of
+// retry rows, and the two reads of a range.
+func (s *CursorStore) ClaimSQL() (settings, retry string, ranged [2]string) {
+	return s.sql.settings, s.sql.retry, s.sql.ranged
+}
