@@ -419,7 +419,6 @@ func complete(t *testing.T, b source.Batch, o source.Outcome) {
 	}
 }
 
-
 // TestCursorRetryKeepsCursorOrder: the rows of a key waiting in
 // retry_state come back in the order the cursor handed them on, not in
 // transaction id order: a row of a transaction that began first and
