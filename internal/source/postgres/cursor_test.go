@@ -321,6 +321,9 @@ func TestCursorDeposedHolderFenced(t *testing.T) {
 		t.Fatalf("the deposed holder's completion recorded %d retries and %d dead letters", retrying, dead)
 	}
 	if b2, err := st.Claim(ctx, 3); b2 != nil || !errors.Is(err, lease.ErrLeaseLost) {
+		if b2 != nil {
+			_ = b2.Release(ctx)
+		}
 		t.Fatalf("the deposed holder's claim = %v, %v; want ErrLeaseLost", b2, err)
 	}
 	st2 := openHistory(t, pb, "s", true)
