@@ -62,7 +62,10 @@ type PurgeRun struct {
 	Table    string // the outbox table, as messages name it
 	Relay    string // the relay's schema or database, as messages name it
 	Source   string
-	KeptRows bool // the layout deletes its rows itself (mode delete)
+	// KeptRows: no row of the table is deleted, as the layout deletes its
+	// rows itself (mode delete) or the relay never writes to the table
+	// (capture cursor, layout.ModeNone).
+	KeptRows bool
 	PurgeOptions
 }
 

@@ -457,3 +457,39 @@ func TestCursorRetryKeepsCursorOrder(t *testing.T) {
 		t.Fatalf("claimed %v once key K is due, want [2 1]: the order the cursor handed them on in", got)
 	}
 }
+
+// TestCursorRetentionKeepsTheTable: a retention run over a source read by
+// capture cursor deletes none of the table's rows, delivered or dead (the
+// table is the application's history), and still prunes the relay's own
+// tables.
+func TestCursorRetentionKeepsTheTable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := migrated(t)
+	pgtest.Exec(t, pool, historyTable)
+	insertHistory(t, pool, "k", 1, 2, 3)
+	st := openHistory(t, pool, "kept", true)
+	b, err := st.Claim(ctx, 10)
+	if err != nil || b == nil {
+		t.Fatalf("claim: %v %v", b, err)
+	}
+	complete(t, b, source.Outcome{Published: []int{0, 1}, Dead: []source.Dead{{Index: 2, Attempts: 1, Reason: "refused", PayloadIsJSON: true}}})
+	cols, err := postgres.Columns(ctx, pool, historyName)
+	if err != nil {
+		t.Fatal(err)
+	}
+	merged, explicit, _ := layout.MergeUntouched("", layout.Spec{ID: "id", Payload: "payload", Topic: "history", XIDColumn: "tx"}, "")
+	l, err := layout.Resolve(merged, explicit, historyName.String(), cols)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := postgres.Purge(ctx, pool, postgres.PurgeParams{Source: "kept", Table: historyName, RelaySchema: relaySchema, Layout: l,
+		PurgeOptions: source.PurgeOptions{IncludeDead: true}})
+	if err != nil || !res.KeptByLayout || res.Published != 0 || res.Dead != 0 {
+		t.Fatalf("retention = %+v, %v; want the table kept", res, err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, "SELECT count(*) FROM public.history").Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d rows left (%v), want the 3 rows", n, err)
+	}
+}
