@@ -240,7 +240,8 @@ func (s *CursorStore) claim(ctx context.Context, limit int) (*cursorBatch, bool,
 	if err != nil {
 		return nil, false, err
 	}
-	b := &cursorBatch{store: s, tx: claimTx{conn}, lease: l, from: from}
+	b := &cursorBatch{store: s, tx: claimTx{conn}, lease: l, from: from,
+		rows: make([]source.Row, 0, limit), ties: make([]int64, 0, limit), retried: make([]bool, 0, limit)}
 	r, err := s.read(ctx, b, limit, inFlight)
 	if err != nil {
 		b.tx.end(context.WithoutCancel(ctx))
@@ -379,14 +380,16 @@ func (s *CursorStore) read(ctx context.Context, b *cursorBatch, limit int, inFli
 		return r, fmt.Errorf("settings: %w", err)
 	}
 	r.bound = bound
-	retried, err := s.readRows(br)
+	retried, err := s.readRows(br, 0)
 	if err == nil {
 		b.add(retried...)
 	}
+	// Rows of transactions the position saw in progress are few: room
+	// for a batch is made for the newer ones.
 	var parts [2][]cursorRow
-	for i := range parts {
+	for i, size := range [2]int{0, limit} {
 		if err == nil {
-			parts[i], err = s.readRows(br)
+			parts[i], err = s.readRows(br, size)
 		}
 	}
 	if err == nil && b.lease != nil {
@@ -427,9 +430,9 @@ func (s *CursorStore) read(ctx context.Context, b *cursorBatch, limit int, inFli
 		q := &pgx.Batch{}
 		s.queueRange(q, b.from.done, after, want)
 		br := b.tx.conn.SendBatch(ctx, q)
-		for i := range parts {
+		for i, size := range [2]int{0, want} {
 			if err == nil {
-				parts[i], err = s.readRows(br)
+				parts[i], err = s.readRows(br, size)
 			}
 		}
 		if cerr := br.Close(); err == nil {
@@ -447,8 +450,11 @@ func (s *CursorStore) read(ctx context.Context, b *cursorBatch, limit int, inFli
 // come before the newer ones; when they filled their read, more of them
 // may follow, so the newer ones wait for the next read.
 func candidates(parts [2][]cursorRow, want int) ([]cursorRow, bool) {
-	if len(parts[0]) == want {
+	switch {
+	case len(parts[0]) == want:
 		return parts[0], false
+	case len(parts[0]) == 0:
+		return parts[1], len(parts[1]) < want
 	}
 	return append(parts[0], parts[1]...), len(parts[1]) < want
 }

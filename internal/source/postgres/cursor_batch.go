@@ -26,14 +26,14 @@ type cursorRow struct {
 // readRows reads the rows of one claim statement (see cursorSQL): the
 // row's columns, then its transaction, order value and whether its key is
 // held.
-func (s *CursorStore) readRows(br pgx.BatchResults) ([]cursorRow, error) {
+func (s *CursorStore) readRows(br pgx.BatchResults, limit int) ([]cursorRow, error) {
 	rows, err := br.Query()
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
 	extras := len(s.opts.Layout.Extra)
-	var out []cursorRow
+	out := make([]cursorRow, 0, limit)
 	for rows.Next() {
 		vals, fds := rows.RawValues(), rows.FieldDescriptions()
 		var c cursorRow

@@ -41,7 +41,7 @@ type cursorSQL struct {
 
 // cursorBound is the claim transaction's bound: the snapshot up to which
 // its claims read.
-const cursorBound = "current_setting('outbox_relay.bound')::pg_snapshot"
+const cursorBound = "(SELECT current_setting('outbox_relay.bound')::pg_snapshot)"
 
 // startSnapshot is the position of a source never read: no transaction is
 // visible in it, so every row of the table is ahead.
