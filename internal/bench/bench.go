@@ -83,6 +83,11 @@ type Options struct {
 	// (its CPU and memory then count as the relay's).
 	InProcessBroker bool
 	Partitions      int
+	// Capture is how the drain's relay reads its table: poll (default) or
+	// cursor, which reads the mark layout's table (with an xid column) by
+	// transaction snapshots and writes nothing to it; its ceiling is the
+	// claim+UPDATE loop on the same table (see cursorTable).
+	Capture string
 	// Sink is the sink type the drain workload's relay phase publishes to
 	// (one of Sinks; default kafka). Other workloads publish to Kafka.
 	Sink string
@@ -133,6 +138,9 @@ type Result struct {
 	Workload string `json:"workload"`
 	Driver   string `json:"driver"` // postgres or mysql
 	Layout   string `json:"layout,omitempty"`
+	// Capture is cursor when the relay read the table by capture cursor
+	// (Ceiling is then the claim+UPDATE ceiling of the same table).
+	Capture string `json:"capture,omitempty"`
 	// Preset is the preset whose table was drained (--preset), in place
 	// of Layout.
 	Preset   string `json:"preset,omitempty"`
@@ -214,6 +222,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.History < 0 {
 		return nil, fmt.Errorf("--history %d: must be 0 or more", o.History)
+	}
+	if err := o.checkCapture(); err != nil {
+		return nil, err
 	}
 	if o.Workload == "drain" {
 		if _, err := drainSpecs(o); err != nil {

@@ -31,6 +31,7 @@ func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kaf
 func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, sp *spec, ordering, analyze, withCeiling bool) (pass, error) {
 	var p pass
 	t := newTable(sp.name, sp.pg, dsn)
+	t.cursor = o.cursor()
 	if err := t.create(ctx, pool); err != nil {
 		return p, err
 	}
@@ -60,11 +61,11 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 		return p, err
 	}
 	if withCeiling {
-		srcs, err := a.Resolve(ctx)
-		if err != nil {
-			return p, err
+		if o.cursor() {
+			p.ceiling, err = cursorCeiling(ctx, pool, dsn, tg, o, t, ordering)
+		} else {
+			p.ceiling, err = ceilingOf(ctx, pool, a, stmts, o, t)
 		}
-		p.ceiling, err = measure(ctx, pool, t, nil, stmts, func() (int, error) { return ceiling(ctx, srcs[0].Store, o) })
 		if err != nil {
 			return p, fmt.Errorf("ceiling: %w", err)
 		}
@@ -118,13 +119,20 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 
 // openRelay builds (and migrates) a relay process for the benchmark table.
 func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, tg *target, o Options, t table, ordering bool) (*app.App, *stmtCounter, func(), error) {
+	relaySchema := t.schema + "_relay"
+	if o.Capture == config.CapturePoll {
+		relaySchema = t.schema + "_poll" // the ceiling of a cursor's drain, beside its relay (cursorCeiling)
+	}
 	cfg := &config.Config{
-		RelaySchema: t.schema + "_relay",
+		RelaySchema: relaySchema,
 		Admin:       config.Admin{Listen: "off"},
 		Log:         config.Log{Level: "warn"},
 		Databases:   map[string]config.Database{"bench": {DSN: dsn, MaxConns: o.maxConns()}},
 		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
 		Sources:     []config.Source{t.source(tg.topic, o.BatchSize, o.Pipeline, ordering)},
+	}
+	if o.cursor() {
+		cfg.Sources[0].Capture, cfg.Sources[0].Layout.XIDColumn = config.CaptureCursor, cursorColumn
 	}
 	if len(o.Deliveries) > 0 {
 		cfg.Sources[0].Delivery = o.Deliveries[0]

@@ -58,7 +58,7 @@ type passFunc func(o Options, analyze, withCeiling bool) (pass, error)
 // and returns o with the history that table gets: none, said in the
 // result, where its delivered rows are deleted.
 func newDrainResult(o Options, driver string, sp *spec, sh *shape, ordering bool) (Result, Options) {
-	res := Result{Workload: "drain", Driver: driver, Layout: sp.name, Ordering: ordering,
+	res := Result{Workload: "drain", Driver: driver, Layout: sp.name, Capture: map[bool]string{true: config.CaptureCursor}[o.cursor()], Ordering: ordering,
 		Delivery: firstOr(o.Deliveries, config.DeliveryAtLeastOnce), Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline,
 		Replicas: max(o.Replicas, 1), Shards: max(o.Shards, 1)}
 	if sp.preset {
@@ -79,6 +79,9 @@ func (r Result) label() string {
 	}
 	if r.Replicas > 1 || r.Shards > 1 {
 		l += fmt.Sprintf(" (%d replicas, %d shards)", max(r.Replicas, 1), max(r.Shards, 1))
+	}
+	if r.Capture != "" {
+		l += ", capture " + r.Capture
 	}
 	return l
 }
