@@ -108,19 +108,18 @@ func sprintf(format string, t postgres.Table) string {
 
 func (tb *pgTable) Open(t *testing.T, o sourcetest.Options) sourcetest.Store {
 	t.Helper()
-	pool := storePool(t, tb.h.dsn)
+	pool, k := pgtest.OwnPool(t, tb.h.dsn, tb.h.pool)
 	return &pgStore{
-		Store: postgres.New(pool.pool, postgres.Options{Source: o.Source, Table: tb.table, RelaySchema: relaySchema,
+		Store: postgres.New(pool, postgres.Options{Source: o.Source, Table: tb.table, RelaySchema: relaySchema,
 			Layout: tb.layout, Ordering: o.Ordering, ClaimTimeout: o.ClaimTimeout, Bucket: o.Bucket, Priority: o.Priority}),
-		killer: pool.killer(t, tb.h.pool),
+		Killer: k,
 	}
 }
 
-// pgStore is a store whose connections carry a unique application_name,
-// by which Kill finds them.
+// pgStore is a store whose connections Kill cuts.
 type pgStore struct {
 	*postgres.Store
-	killer
+	pgtest.Killer
 }
 
 func (tb *pgTable) Insert(t *testing.T, rows ...sourcetest.Row) []string {

@@ -117,7 +117,10 @@ func (b *cursorBatch) Complete(ctx context.Context, o source.Outcome) error {
 // transaction, and commits it.
 func (b *cursorBatch) commit(ctx context.Context, o source.Outcome) error {
 	s := b.store
-	w := &cursorCompletion{b: b}
+	// The table is never written: the relay's tables alone, delivered rows
+	// recorded by the position's advance.
+	w := &relayWrites{relaySQL: s.sql.relaySQL, relaySchema: s.opts.RelaySchema, lease: b.lease, source: s.opts.Source,
+		table: s.opts.Table, rows: b.rows, ties: b.ties}
 	c := source.PlanCompletion(b.rows, o, func(i int) bool { return b.retried[i] })
 	if err := source.WriteCompletion(ctx, w, c, b.lease != nil); err != nil {
 		return fmt.Errorf("complete batch on %s: %w", s.opts.Table, err)
@@ -180,42 +183,4 @@ func (b *cursorBatch) advanceArgs() []any {
 		args[5], args[6], args[7], args[8] = a.xid, a.order, a.tie, a.id
 	}
 	return args
-}
-
-// cursorCompletion queues a cursor batch's completion statements
-// (source.CompletionWriter): the relay's tables alone, as the table is
-// never written.
-type cursorCompletion struct {
-	b *cursorBatch
-	q pgx.Batch // under a lease, its lease check first
-}
-
-func (w *cursorCompletion) relay() relayWrites {
-	s := w.b.store
-	return relayWrites{q: &w.q, source: s.opts.Source, table: s.opts.Table, rows: w.b.rows, ties: w.b.ties,
-		retryState: s.sql.retryState, clearRetry: s.sql.clearRetry, insertDead: s.sql.insertDead}
-}
-
-func (w *cursorCompletion) CheckLease(context.Context) error {
-	queueLeaseCheck(&w.q, w.b.store.opts.RelaySchema, w.b.lease)
-	return nil
-}
-
-// Acknowledge records nothing: the position's advance records delivered
-// rows.
-func (w *cursorCompletion) Acknowledge(context.Context, []int) error { return nil }
-
-func (w *cursorCompletion) RecordRetries(_ context.Context, rs []source.Retry) error {
-	w.relay().retries(rs)
-	return nil
-}
-
-func (w *cursorCompletion) DeadLetter(_ context.Context, ds []source.DeadLetter) error {
-	w.relay().dead(ds)
-	return nil
-}
-
-func (w *cursorCompletion) ForgetRetries(_ context.Context, ids []string) error {
-	w.relay().forget(ids)
-	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
@@ -85,8 +84,8 @@ func (tb *cursorTable) Open(t *testing.T, o sourcetest.Options) sourcetest.Store
 	tb.mu.Lock()
 	tb.src = o.Source
 	tb.mu.Unlock()
-	pool := storePool(t, tb.h.dsn)
-	st, err := postgres.OpenCursor(context.Background(), pool.pool, tb.table, tb.cols, postgres.CursorOptions{Source: o.Source,
+	pool, k := pgtest.OwnPool(t, tb.h.dsn, tb.h.pool)
+	st, err := postgres.OpenCursor(context.Background(), pool, tb.table, tb.cols, postgres.CursorOptions{Source: o.Source,
 		RelaySchema: relaySchema, Layout: tb.layout, Ordering: o.Ordering, ClaimTimeout: o.ClaimTimeout})
 	if err != nil {
 		t.Fatal(err)
@@ -94,13 +93,13 @@ func (tb *cursorTable) Open(t *testing.T, o sourcetest.Options) sourcetest.Store
 	if advice := st.ClaimAdvice(); advice != "" {
 		t.Fatalf("claim advice on a table with the index it wants: %s", advice)
 	}
-	return &cursorStore{CursorStore: st, killer: pool.killer(t, tb.h.pool)}
+	return &cursorStore{CursorStore: st, Killer: k}
 }
 
 // cursorStore is a cursor's store whose connections Kill cuts.
 type cursorStore struct {
 	*postgres.CursorStore
-	killer
+	pgtest.Killer
 }
 
 // State reads a row as the relay records it: ahead of the source's
@@ -137,57 +136,4 @@ func orderType(cols []layout.Column, l *layout.Layout) string {
 		}
 	}
 	return ""
-}
-
-// storePool is a pool of a store's own, whose connections carry a unique
-// application_name.
-func storePool(t *testing.T, dsn string) namedPool {
-	t.Helper()
-	pc, err := pgxpool.ParseConfig(dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app := "sourcetest_" + pgtest.Suffix()
-	pc.ConnConfig.RuntimeParams["application_name"] = app
-	pc.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return namedPool{pool: pool, app: app}
-}
-
-type namedPool struct {
-	pool *pgxpool.Pool
-	app  string
-}
-
-// killer returns the Kill of the pool's connections, and closes the pool
-// when t ends (cutting its connections first: a batch a failed test left
-// open would keep Close waiting).
-func (p namedPool) killer(t *testing.T, admin *pgxpool.Pool) killer {
-	k := killer{admin: admin, app: p.app}
-	t.Cleanup(func() {
-		_ = k.kill(context.Background())
-		go p.pool.Close()
-	})
-	return k
-}
-
-// killer cuts every connection of one application_name.
-type killer struct {
-	admin *pgxpool.Pool
-	app   string
-}
-
-func (k killer) kill(ctx context.Context) error {
-	_, err := k.admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", k.app)
-	return err
-}
-
-func (k killer) Kill(t *testing.T) {
-	t.Helper()
-	if err := k.kill(context.Background()); err != nil {
-		t.Fatalf("kill connections: %v", err)
-	}
 }

@@ -22,8 +22,7 @@ import (
 func TestCursorClaimReadsABoundedWindow(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, pool := migrated(t)
-	pgtest.Exec(t, pool, historyTable, "ALTER TABLE public.history SET (autovacuum_enabled = false)")
+	_, pool := historyDB(t, "ALTER TABLE public.history SET (autovacuum_enabled = false)")
 	const backlog, limit = 20_000, 500
 	pgtest.Exec(t, pool, fmt.Sprintf(`INSERT INTO public.history (k, payload) SELECT 'k' || (g %% 1000), '{}' FROM generate_series(1, %d) g`, backlog))
 	var xid, middle string

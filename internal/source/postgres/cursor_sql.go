@@ -35,8 +35,8 @@ type cursorSQL struct {
 	// source, $2 ids, $3 order keys, $4 errors, $5 statements.
 	requeue string
 	// The completion's writes to the relay's tables (see relayWrites).
-	retryState, clearRetry, insertDead string
-	stats                              string
+	relaySQL
+	stats string
 }
 
 // cursorBound is the claim transaction's bound: the snapshot up to which
@@ -154,7 +154,7 @@ SELECT 1 / count(*) FROM u`
 	s.requeue = `INSERT INTO ` + rs + `.retry_state (source, event_id, order_key, attempts, next_attempt_at, last_error, tie)
 SELECT $1, u.id, u.k, 0, now(), u.err, u.tie FROM unnest($2::text[], $3::text[], $4::text[], $5::bigint[]) AS u(id, k, err, tie)
 ON CONFLICT (source, event_id) DO NOTHING`
-	s.retryState, s.clearRetry, s.insertDead = retryStateSQL(rs), clearRetrySQL(rs), insertDeadSQL(l, table, rs)
+	s.relaySQL = newRelaySQL(l, table, rs)
 
 	created := "NULL::timestamptz"
 	if l.CreatedAt != "" {

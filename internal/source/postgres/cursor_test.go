@@ -31,6 +31,29 @@ CREATE INDEX history_tx ON public.history (tx, id)`
 
 var historyName = postgres.Table{Schema: "public", Name: "history"}
 
+// historyDB is a migrated database with public.history and rows of it
+// (statements run after the table's).
+func historyDB(t *testing.T, rows ...string) (string, *pgxpool.Pool) {
+	t.Helper()
+	dsn, pool := migrated(t)
+	pgtest.Exec(t, pool, append([]string{historyTable}, rows...)...)
+	return dsn, pool
+}
+
+// column reads the first column of q's rows as text.
+func column(t *testing.T, pool *pgxpool.Pool, q string, args ...any) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), q, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // openHistory opens a cursor store on public.history for source src, on
 // pool.
 func openHistory(t *testing.T, pool *pgxpool.Pool, src string, ordering bool) *postgres.CursorStore {
@@ -121,8 +144,7 @@ func drainRows(st source.Store, limit int) ([]int, error) {
 func TestCursorLateCommit(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, pool := migrated(t)
-	pgtest.Exec(t, pool, historyTable)
+	_, pool := historyDB(t)
 	st := openHistory(t, pool, "late", true)
 
 	late, err := pool.Begin(ctx) // a connection of its own, held open
@@ -166,8 +188,7 @@ func TestCursorLateCommit(t *testing.T) {
 func TestCursorLateCommitWhileClaiming(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, pool := migrated(t)
-	pgtest.Exec(t, pool, historyTable)
+	_, pool := historyDB(t)
 	st := openHistory(t, pool, "busy", true)
 	late, err := pool.Begin(ctx)
 	if err != nil {
@@ -208,14 +229,19 @@ func TestCursorLateCommitWhileClaiming(t *testing.T) {
 	}
 	time.Sleep(100 * time.Millisecond)
 	close(stop)
-	got := <-claimed
 	seen := map[int]int{}
-	for _, n := range got {
+	for _, n := range <-claimed {
 		seen[n]++
 	}
-	for i := -1; i < n; i++ {
-		if seen[i] != 1 {
-			t.Errorf("row %d claimed %d times, want once", i, seen[i])
+	onceEach(t, seen, -1, n-1)
+}
+
+// onceEach checks that every number from first to last was counted once.
+func onceEach(t *testing.T, counts map[int]int, first, last int) {
+	t.Helper()
+	for i := first; i <= last; i++ {
+		if counts[i] != 1 {
+			t.Errorf("row %d claimed %d times by batches that completed, want once", i, counts[i])
 		}
 	}
 }
@@ -227,9 +253,7 @@ func TestCursorLateCommitWhileClaiming(t *testing.T) {
 func TestCursorResumesAfterKill(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn, pool := migrated(t)
-	pgtest.Exec(t, pool, historyTable)
-	pgtest.Exec(t, pool, `INSERT INTO public.history (k, payload) SELECT 'k' || (g % 3), jsonb_build_object('n', g) FROM generate_series(1, 25) g`)
+	dsn, pool := historyDB(t, `INSERT INTO public.history (k, payload) SELECT 'k' || (g % 3), jsonb_build_object('n', g) FROM generate_series(1, 25) g`)
 	delivered := map[int]int{}
 	record := func(b source.Batch) {
 		for _, r := range b.Rows() {
@@ -237,9 +261,8 @@ func TestCursorResumesAfterKill(t *testing.T) {
 		}
 	}
 	for round, killAfter := range []int{0, 1, 2} {
-		relay := storePool(t, dsn)
-		st := openHistory(t, relay.pool, "kill", true)
-		k := relay.killer(t, pool)
+		relay, k := pgtest.OwnPool(t, dsn, pool)
+		st := openHistory(t, relay, "kill", true)
 		// Three batches in flight, as a relay with a pipeline of three
 		// has; the first killAfter of them complete, then the relay dies.
 		var flight []source.Batch
@@ -267,15 +290,10 @@ func TestCursorResumesAfterKill(t *testing.T) {
 			}
 		}
 	}
-	rest := drain(t, openHistory(t, pool, "kill", true), 4)
-	for _, n := range rest {
+	for _, n := range drain(t, openHistory(t, pool, "kill", true), 4) {
 		delivered[n]++
 	}
-	for n := 1; n <= 25; n++ {
-		if delivered[n] != 1 {
-			t.Errorf("row %d delivered %d times, want once (every batch that recorded its outcome delivered it)", n, delivered[n])
-		}
-	}
+	onceEach(t, delivered, 1, 25)
 }
 
 // TestCursorDeposedHolderFenced: a batch claimed under a lease another
@@ -285,8 +303,7 @@ func TestCursorResumesAfterKill(t *testing.T) {
 func TestCursorDeposedHolderFenced(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn, pool := migrated(t)
-	pgtest.Exec(t, pool, historyTable)
+	dsn, pool := historyDB(t)
 	insertHistory(t, pool, "k", 1, 2, 3, 4)
 	holder := func(name string) (*lease.Leases, *pgxpool.Pool) {
 		p := ownerPool(t, dsn, name+"-"+pgtest.Suffix())
@@ -339,20 +356,11 @@ func TestCursorDeposedHolderFenced(t *testing.T) {
 func TestCursorWritesNothingToTheTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, pool := migrated(t)
-	pgtest.Exec(t, pool, historyTable)
+	_, pool := historyDB(t)
 	insertHistory(t, pool, "a", 1, 2, 3)
 	insertHistory(t, pool, "b", 4, 5)
 	versions := func() []string {
-		rows, err := pool.Query(ctx, "SELECT id || ':' || xmin || ':' || ctid::text FROM public.history ORDER BY id")
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		if err != nil {
-			t.Fatal(err)
-		}
-		return out
+		return column(t, pool, "SELECT id || ':' || xmin || ':' || ctid::text FROM public.history ORDER BY id")
 	}
 	before := versions()
 	st := openHistory(t, pool, "untouched", true)
@@ -391,8 +399,7 @@ func TestCursorWritesNothingToTheTable(t *testing.T) {
 // TestCursorAdvice: ClaimAdvice names the index a cursor's claims want.
 func TestCursorAdvice(t *testing.T) {
 	t.Parallel()
-	_, pool := migrated(t)
-	pgtest.Exec(t, pool, historyTable)
+	_, pool := historyDB(t)
 	if a := openHistory(t, pool, "adv", true).ClaimAdvice(); a != "" {
 		t.Errorf("advice with the index (tx, id): %q", a)
 	}
@@ -430,8 +437,7 @@ func complete(t *testing.T, b source.Batch, o source.Outcome) {
 func TestCursorRetryKeepsCursorOrder(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, pool := migrated(t)
-	pgtest.Exec(t, pool, historyTable)
+	_, pool := historyDB(t)
 	st := openHistory(t, pool, "order", true)
 	late, err := pool.Begin(ctx)
 	if err != nil {
@@ -465,8 +471,7 @@ func TestCursorRetryKeepsCursorOrder(t *testing.T) {
 func TestCursorRetentionKeepsTheTable(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	_, pool := migrated(t)
-	pgtest.Exec(t, pool, historyTable)
+	_, pool := historyDB(t)
 	insertHistory(t, pool, "k", 1, 2, 3)
 	st := openHistory(t, pool, "kept", true)
 	b, err := st.Claim(ctx, 10)

@@ -11,15 +11,13 @@ import (
 
 // statements is the SQL of one source, built once from its layout.
 type statements struct {
-	claim         claimSQL
-	ack           string // $1 ctids, and $2 the batch id when the layout records claims
-	ackBatchID    bool
-	markByID      string // $1 ids, and $2 the batch id when the layout records claims: published if still pending
-	dead          string // $1 ids, $2 reasons
-	retryRow      string // $1 ids, $2 attempts, $3 errors; empty when the table has no retry columns
-	retryState    string // $1 source, $2 ids, $3 order keys, $4 attempts, $5 next, $6 errors
-	clearRetry    string // $1 source, $2 ids
-	insertDead    string
+	claim      claimSQL
+	ack        string // $1 ctids, and $2 the batch id when the layout records claims
+	ackBatchID bool
+	markByID   string // $1 ids, and $2 the batch id when the layout records claims: published if still pending
+	dead       string // $1 ids, $2 reasons
+	retryRow   string // $1 ids, $2 attempts, $3 errors; empty when the table has no retry columns
+	relaySQL
 	stats         string // $1 source, $2 schema, $3 table, $4 last id, $5-$7 counts
 	pendingValues string // SET list that puts a row back in the pending set
 }
@@ -127,7 +125,7 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		s.retryRow = "UPDATE " + table + " o SET " + strings.Join(sets, ", ") +
 			" FROM unnest($1::text[], $2::int[], $3::text[]) AS u(id, attempts, err) WHERE " + id + " = u.id::" + l.ID.Type
 	}
-	s.retryState, s.clearRetry, s.insertDead = retryStateSQL(rs), clearRetrySQL(rs), insertDeadSQL(l, table, rs)
+	s.relaySQL = newRelaySQL(l, table, rs)
 
 	created := "NULL::timestamptz AS min"
 	if l.CreatedAt != "" {

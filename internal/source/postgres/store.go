@@ -379,7 +379,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	}
 	defer b.forget() // after the transaction has ended (deferred calls run last first)
 	defer b.tx.end(context.WithoutCancel(ctx))
-	w := &completion{b: b}
+	w := b.completion()
 	c := source.PlanCompletion(b.rows, o, func(i int) bool { return b.retrying[i] })
 	if err := source.WriteCompletion(ctx, w, c, b.lease != nil); err != nil {
 		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
@@ -403,24 +403,18 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 // or released.
 var errBatchEnded = errors.New("the batch was already completed or released")
 
-// completion queues a batch's completion statements (source.CompletionWriter).
+// completion queues a batch's completion statements
+// (source.CompletionWriter): the relay's tables' (relayWrites), and the
+// table's own.
 type completion struct {
+	relayWrites
 	b *batch
-	q pgx.Batch // under a lease, its lease check first
 }
 
-// relay is the part of the completion written to the relay's own tables.
-func (w *completion) relay() relayWrites {
-	s := w.b.store
-	return relayWrites{q: &w.q, source: s.opts.Source, table: s.opts.Table, rows: w.b.rows, ties: w.b.ties,
-		retryState: s.sql.retryState, clearRetry: s.sql.clearRetry, insertDead: s.sql.insertDead}
-}
-
-// CheckLease queues the lease check ahead of the writes; Complete reads it
-// first.
-func (w *completion) CheckLease(context.Context) error {
-	queueLeaseCheck(&w.q, w.b.store.opts.RelaySchema, w.b.lease)
-	return nil
+func (b *batch) completion() *completion {
+	s := b.store
+	return &completion{b: b, relayWrites: relayWrites{relaySQL: s.sql.relaySQL, relaySchema: s.opts.RelaySchema, lease: b.lease,
+		source: s.opts.Source, table: s.opts.Table, rows: b.rows, ties: b.ties}}
 }
 
 func (w *completion) Acknowledge(_ context.Context, rows []int) error {
@@ -437,9 +431,9 @@ func (w *completion) Acknowledge(_ context.Context, rows []int) error {
 	return nil
 }
 
-func (w *completion) RecordRetries(_ context.Context, rs []source.Retry) error {
+func (w *completion) RecordRetries(ctx context.Context, rs []source.Retry) error {
 	s := w.b.store
-	w.relay().retries(rs)
+	_ = w.relayWrites.RecordRetries(ctx, rs)
 	if s.sql.retryRow != "" {
 		ids, attempts, errs := make([]string, len(rs)), make([]int32, len(rs)), make([]string, len(rs))
 		for i, r := range rs {
@@ -452,7 +446,7 @@ func (w *completion) RecordRetries(_ context.Context, rs []source.Retry) error {
 
 func (w *completion) DeadLetter(_ context.Context, ds []source.DeadLetter) error {
 	s := w.b.store
-	ids, reasons, attempts := w.relay().dead(ds)
+	ids, reasons, attempts := w.dead(ds)
 	if s.opts.Layout.Mode == "delete" {
 		w.q.Queue(s.sql.dead, ids)
 	} else {
@@ -460,54 +454,6 @@ func (w *completion) DeadLetter(_ context.Context, ds []source.DeadLetter) error
 	}
 	return nil
 }
-
-func (w *completion) ForgetRetries(_ context.Context, ids []string) error {
-	w.relay().forget(ids)
-	return nil
-}
-
-// relayWrites queues the writes of a completion to the relay's own tables,
-// which every PostgreSQL store of an outbox table makes alike: the retry
-// state of rows to try again, the dead letters, the retry state forgotten.
-type relayWrites struct {
-	q      *pgx.Batch
-	source string
-	table  Table
-	rows   []source.Row // the batch's rows, and their places in their transactions
-	ties   []int64
-	// The statements: see retryStateSQL, clearRetrySQL and insertDeadSQL.
-	retryState, clearRetry, insertDead string
-}
-
-func (w relayWrites) retries(rs []source.Retry) {
-	n := len(rs)
-	ids, keys, errs := make([]string, n), make([]string, n), make([]string, n)
-	attempts, at, ties := make([]int32, n), make([]time.Time, n), make([]int64, n)
-	for i, r := range rs {
-		row := &w.rows[r.Index]
-		ids[i], keys[i], attempts[i], at[i], errs[i] = row.ID, row.OrderKey, int32(r.Attempts), r.At, r.Err
-		ties[i] = w.ties[r.Index]
-	}
-	w.q.Queue(w.retryState, w.source, ids, keys, attempts, at, errs, ties)
-}
-
-// dead queues the dead letters and returns their ids, reasons and
-// attempts, for a store that marks them in its table too.
-func (w relayWrites) dead(ds []source.DeadLetter) (ids, reasons []string, attempts []int32) {
-	n := len(ds)
-	ids, types, topics, keys, pkeys, headers := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
-	payloads, isJSON := make([][]byte, n), make([]bool, n)
-	reasons, attempts = make([]string, n), make([]int32, n)
-	for i, d := range ds {
-		ids[i], payloads[i], isJSON[i], reasons[i], attempts[i] = d.ID, d.Payload, d.PayloadIsJSON, d.Reason, int32(d.Attempts)
-		types[i], topics[i], keys[i], pkeys[i], headers[i] = &d.EventType, d.Topic, d.Key, d.PartitionKey, d.Headers
-	}
-	w.q.Queue(w.insertDead, w.source, w.table.Schema, w.table.Name,
-		ids, types, topics, keys, pkeys, headers, payloads, isJSON, reasons, attempts)
-	return ids, reasons, attempts
-}
-
-func (w relayWrites) forget(ids []string) { w.q.Queue(w.clearRetry, w.source, ids) }
 
 // queueLeaseCheck queues the read of lease l in relaySchema; leaseHeld
 // reads its answer. The read takes no lock: a lock on the lease row would
