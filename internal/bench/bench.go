@@ -88,6 +88,9 @@ type Options struct {
 	// transaction snapshots and writes nothing to it; its ceiling is the
 	// claim+UPDATE loop on the same table (see cursorTable).
 	Capture string
+	// relaySuffix names the relay schema of a relay beside the drain's
+	// (the ceiling of a cursor's drain): the table's schema and it.
+	relaySuffix string
 	// Sink is the sink type the drain workload's relay phase publishes to
 	// (one of Sinks; default kafka). Other workloads publish to Kafka.
 	Sink string

@@ -50,7 +50,7 @@ func (o *Options) checkCapture() error {
 // polling) in a loop.
 func cursorCeiling(ctx context.Context, pool *pgxpool.Pool, dsn string, tg *target, o Options, t table, ordering bool) (Measure, error) {
 	po := o
-	po.Capture = config.CapturePoll
+	po.Capture, po.relaySuffix = config.CapturePoll, "_poll"
 	a, stmts, cleanup, err := openRelay(ctx, pool, dsn, tg, po, t, ordering)
 	if err != nil {
 		return Measure{}, err

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime/pprof"
@@ -119,12 +120,8 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 
 // openRelay builds (and migrates) a relay process for the benchmark table.
 func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, tg *target, o Options, t table, ordering bool) (*app.App, *stmtCounter, func(), error) {
-	relaySchema := t.schema + "_relay"
-	if o.Capture == config.CapturePoll {
-		relaySchema = t.schema + "_poll" // the ceiling of a cursor's drain, beside its relay (cursorCeiling)
-	}
 	cfg := &config.Config{
-		RelaySchema: relaySchema,
+		RelaySchema: t.schema + cmp.Or(o.relaySuffix, "_relay"),
 		Admin:       config.Admin{Listen: "off"},
 		Log:         config.Log{Level: "warn"},
 		Databases:   map[string]config.Database{"bench": {DSN: dsn, MaxConns: o.maxConns()}},
