@@ -160,8 +160,16 @@ ON CONFLICT (source, event_id) DO NOTHING`
 	if l.CreatedAt != "" {
 		created = sq.Col("o", l.CreatedAt) + "::timestamptz"
 	}
+	// The rows ahead, read as the claims read them (the transactions in
+	// progress in the position by their ids, the newer ones by a range of
+	// the index): never the rows behind the position, which a history
+	// table keeps for ever.
+	var ahead []string
+	for _, part := range cursorAheadParts(ord, "p") {
+		ahead = append(ahead, "SELECT "+created+" AS created FROM "+positionOf(rs, "$1")+" p, "+table+" o WHERE "+part)
+	}
 	backlog := `SELECT count(*), min(b.created) AS min FROM (
-  SELECT ` + created + ` AS created FROM ` + positionOf(rs, "$1") + ` p, ` + table + ` o WHERE ` + cursorAhead(ord, "p") + `
+  ` + strings.Join(ahead, "\n  UNION ALL\n  ") + `
   UNION ALL
   SELECT ` + created + ` FROM ` + rs + `.retry_state r JOIN ` + table + ` o ON ` + ord.id + ` = r.event_id::` + l.ID.Type + `
   WHERE r.source = $1) b`
@@ -178,13 +186,29 @@ func positionOf(rs, src string) string {
 }
 
 // cursorAhead is the condition that a row (ord's alias) is ahead of the
-// position p (a row of positionOf): not handed on yet. Its transaction is
-// not visible in the snapshot handed on and, within a range taken in part,
-// the row comes after the last one taken.
+// position p (a row of positionOf): not handed on yet (see
+// cursorAheadParts).
 func cursorAhead(ord rowOrder, p string) string {
-	done := p + ".position_done"
-	return "(" + ord.xid + " = ANY(ARRAY(SELECT pg_snapshot_xip(" + done + "))) OR " + ord.xid + " >= pg_snapshot_xmax(" + done + "))" +
-		"\n    AND NOT (" + p + ".position_bound IS NOT NULL AND pg_visible_in_snapshot(" + ord.xid + ", " + p + ".position_bound)" +
-		" AND " + ord.compare("<=", p+".position_after_xid::text", p+".position_after_id", p+".position_after_order",
-		p+".position_after_tie::text") + ")"
+	parts := cursorAheadParts(ord, p)
+	return "((" + strings.Join(parts[:], ") OR (") + "))"
+}
+
+// cursorAheadParts are the disjoint conditions that a row is ahead of the
+// position p, each leading with conditions on the xid column (and the order
+// after it) an index reads, so that counting the rows ahead never reads
+// those behind (a history table keeps them for ever): its transaction was
+// in progress in the snapshot handed on; or it is newer, and either no
+// range is taken in part, or it was in progress in that range's bound, or
+// the row comes after the last one taken in the range.
+func cursorAheadParts(ord rowOrder, p string) [4]string {
+	done, bound := p+".position_done", p+".position_bound"
+	newer := ord.xid + " >= pg_snapshot_xmax(" + done + ")"
+	after := ord.compare(">", p+".position_after_xid::text", p+".position_after_id", p+".position_after_order", p+".position_after_tie::text")
+	return [4]string{
+		ord.xid + " = ANY(ARRAY(SELECT pg_snapshot_xip(" + done + ")))\n    AND NOT (" + bound + " IS NOT NULL AND pg_visible_in_snapshot(" +
+			ord.xid + ", " + bound + ") AND NOT " + after + ")",
+		newer + " AND " + bound + " IS NULL",
+		ord.xid + " = ANY(ARRAY(SELECT pg_snapshot_xip(" + bound + ")))\n    AND " + newer + " AND " + ord.xid + " < " + p + ".position_after_xid",
+		newer + "\n    AND " + after,
+	}
 }

@@ -498,3 +498,58 @@ func TestCursorRetentionKeepsTheTable(t *testing.T) {
 		t.Fatalf("%d rows left (%v), want the 3 rows", n, err)
 	}
 }
+
+// TestCursorBacklog: the backlog counts every row ahead of the recorded
+// position, and only those: rows of a transaction the position saw in
+// progress, of one begun after it but in progress in the bound of the
+// range it took in part, and the rows after the last one taken in that
+// range; none behind.
+func TestCursorBacklog(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool := historyDB(t)
+	st := openHistory(t, pool, "backlog", true)
+	pending := func() int64 {
+		t.Helper()
+		g, err := st.RecordStats(ctx, source.Stats{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g.Backlog.Pending
+	}
+	begin := func(n int) pgx.Tx {
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(ctx) })
+		insertHistory(t, tx, "L", n)
+		return tx
+	}
+	insertHistory(t, pool, "k", 1)
+	late1 := begin(-1) // in progress in the position's snapshot
+	if got := drain(t, st, 10); !slices.Equal(got, []int{1}) {
+		t.Fatalf("claimed %v, want [1]", got)
+	}
+	late2 := begin(-2) // begun after it, in progress in the next bound
+	insertHistory(t, pool, "k", 2, 3)
+	b, err := st.Claim(ctx, 1)
+	if err != nil || b == nil {
+		t.Fatalf("claim: %v, %v", b, err)
+	}
+	publish(t, b) // the range of that bound taken in part: 2 of 2 and 3
+	for _, tx := range []pgx.Tx{late1, late2} {
+		if err := tx.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := pending(); n != 3 {
+		t.Errorf("backlog %d, want 3: the rows of both late transactions and 3", n)
+	}
+	if got := drain(t, st, 10); !slices.Equal(got, []int{3, -1, -2}) {
+		t.Fatalf("claimed %v, want [3 -1 -2]", got)
+	}
+	if n := pending(); n != 0 {
+		t.Errorf("backlog %d after every row was handed on, want 0", n)
+	}
+}
