@@ -229,7 +229,8 @@ func (s *CursorStore) load(ctx context.Context) (position, error) {
 }
 
 // claim makes one claim: a batch, or none and whether to claim again at
-// once (it recorded rows of held keys it passed over).
+// once (it recorded rows of held keys it passed over, or found the end of
+// a range taken in part).
 func (s *CursorStore) claim(ctx context.Context, limit int) (*cursorBatch, bool, error) {
 	l := s.Fence.Get()
 	from, gen, inFlight, ok, err := s.start(ctx, l)
@@ -280,13 +281,22 @@ func (s *CursorStore) claim(ctx context.Context, limit int) (*cursorBatch, bool,
 		return nil, true, nil
 	}
 	b.to = r.next(from)
+	if !s.register(b, gen) {
+		// A batch failed or was given back meanwhile: this one was read
+		// from a position that no longer holds.
+		return nil, false, b.tx.end(ctx)
+	}
+	return b, false, nil
+}
+
+// register counts b among the batches in flight and moves the position
+// past it, unless the position it was read from (of generation gen) no
+// longer holds.
+func (s *CursorStore) register(b *cursorBatch, gen uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gen != gen {
-		// A batch failed or was given back meanwhile: this one was read
-		// from a position that no longer holds.
-		b.tx.end(context.WithoutCancel(ctx))
-		return nil, false, nil
+		return false
 	}
 	s.pos = b.to
 	s.inflight++
@@ -295,7 +305,7 @@ func (s *CursorStore) claim(ctx context.Context, limit int) (*cursorBatch, bool,
 			s.retrying[r.ID] = true
 		}
 	}
-	return b, false, nil
+	return true
 }
 
 // idleNow says whether no batch is in flight.
