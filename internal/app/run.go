@@ -211,7 +211,7 @@ func (a *App) startSource(rt *runtime, s *Source) error {
 		a.mu.Unlock()
 		return err
 	}
-	a.log.Info("source started", "source", s.Name, "table", s.TableName(), "mode", s.Layout.Mode, "shards", len(s.Shards))
+	a.log.Info("source started", "source", s.Name, "table", s.TableName(), "capture", s.Config.Capture, "mode", s.Layout.Mode, "shards", len(s.Shards))
 	if s.ClaimAdvice != "" {
 		a.log.Warn("claims on this table cost more than their batch", "source", s.Name, "table", s.TableName(), "detail", s.ClaimAdvice)
 	}

@@ -247,7 +247,11 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 	if err != nil {
 		return nil, fmt.Errorf("%s.database: %w", path, err)
 	}
-	merged, explicit, err := layout.Merge(cs.Preset, cs.Layout, cs.Topic)
+	merge := layout.Merge
+	if cs.Cursor() {
+		merge = layout.MergeUntouched // the table is history: the relay never writes to it
+	}
+	merged, explicit, err := merge(cs.Preset, cs.Layout, cs.Topic)
 	if err != nil {
 		return nil, fieldErr(path, err)
 	}
@@ -268,7 +272,7 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 	if err != nil {
 		return nil, fmt.Errorf("%s.event_priority.%w", path, err)
 	}
-	params := driver.SourceParams{Source: name, Layout: l, Ordering: cs.Ordering == nil || *cs.Ordering,
+	params := driver.SourceParams{Source: name, Capture: cs.Capture, Layout: l, Ordering: cs.Ordering == nil || *cs.Ordering,
 		ClaimTimeout: cs.ClaimTimeout.D(), Priority: prio, Metrics: a.metrics}
 	st, err := t.Open(ctx, params)
 	if err != nil {

@@ -92,6 +92,14 @@ type Options struct {
 	// (its CPU and memory then count as the relay's).
 	InProcessBroker bool
 	Partitions      int
+	// Capture is how the drain's relay reads its table: poll (default) or
+	// cursor, which reads the mark layout's table (with an xid column) by
+	// transaction snapshots and writes nothing to it; its ceiling is the
+	// claim+UPDATE loop on the same table (see cursorTable).
+	Capture string
+	// relaySuffix names the relay schema of a relay beside the drain's
+	// (the ceiling of a cursor's drain): the table's schema and it.
+	relaySuffix string
 	// Sink is the sink type the drain workload's relay phase publishes to
 	// (one of Sinks; default kafka). Other workloads publish to Kafka.
 	Sink string
@@ -142,6 +150,9 @@ type Result struct {
 	Workload string `json:"workload"`
 	Driver   string `json:"driver"` // postgres or mysql
 	Layout   string `json:"layout,omitempty"`
+	// Capture is cursor when the relay read the table by capture cursor
+	// (Ceiling is then the claim+UPDATE ceiling of the same table).
+	Capture string `json:"capture,omitempty"`
 	// Preset is the preset whose table was drained (--preset), in place
 	// of Layout.
 	Preset   string `json:"preset,omitempty"`
@@ -233,6 +244,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("--history %d: must be 0 or more", o.History)
 	}
 	if err := checkDatabases(o); err != nil {
+		return nil, err
+	}
+	if err := o.checkCapture(); err != nil {
 		return nil, err
 	}
 	if o.Workload == "drain" {

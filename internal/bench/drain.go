@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"runtime/pprof"
@@ -31,6 +32,7 @@ func drain(ctx context.Context, dbs pgDBs, o Options, k kafkaEnv, sp *spec, orde
 func pgPass(ctx context.Context, dbs pgDBs, o Options, k kafkaEnv, sp *spec, ordering, analyze, withCeiling bool) (pass, error) {
 	var p pass
 	t := newTable(sp.name, sp.pg, "")
+	t.cursor = o.cursor()
 	defer dbs.dropSchema(ctx, t.schema)
 	if err := dbs.each(func(_ int, db pgDB) error { return t.in(db.dsn).create(ctx, db.pool) }); err != nil {
 		return p, err
@@ -62,11 +64,11 @@ func pgPass(ctx context.Context, dbs pgDBs, o Options, k kafkaEnv, sp *spec, ord
 		return p, err
 	}
 	if withCeiling {
-		srcs, err := a.Resolve(ctx)
-		if err != nil {
-			return p, err
+		if o.cursor() {
+			p.ceiling, err = cursorCeiling(ctx, dbs, tg, o, t, ordering)
+		} else {
+			p.ceiling, err = ceilingOf(ctx, dbs, a, stmts, o, t)
 		}
-		p.ceiling, err = measure(ctx, dbs, t, nil, stmts, func() (int, error) { return ceilingAll(ctx, stores(srcs), o) })
 		if err != nil {
 			return p, fmt.Errorf("ceiling: %w", err)
 		}
@@ -165,13 +167,16 @@ func openRelay(ctx context.Context, dbs pgDBs, tg *target, o Options, t table, o
 // table t in dbs, with o's settings, its defaults applied.
 func relayConfig(dbs pgDBs, tg *target, o Options, t table, ordering bool) (*config.Config, error) {
 	cfg := &config.Config{
-		RelaySchema: t.schema + "_relay",
+		RelaySchema: t.schema + cmp.Or(o.relaySuffix, "_relay"),
 		Admin:       config.Admin{Listen: "off"},
 		Log:         config.Log{Level: "warn"},
 		LeaseTTL:    config.Duration(o.LeaseTTL),
 		Databases:   map[string]config.Database{"bench": benchDatabase(dbs, o)},
 		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
 		Sources:     []config.Source{t.source(tg.topic, o.BatchSize, o.Pipeline, ordering)},
+	}
+	if o.cursor() {
+		cfg.Sources[0].Capture, cfg.Sources[0].Layout.XIDColumn = config.CaptureCursor, cursorColumn
 	}
 	if len(o.Deliveries) > 0 {
 		cfg.Sources[0].Delivery = o.Deliveries[0]

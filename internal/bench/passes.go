@@ -63,7 +63,7 @@ type passFunc func(o Options, analyze, withCeiling bool) (pass, error)
 // and returns o with the history that table gets: none, said in the
 // result, where its delivered rows are deleted.
 func newDrainResult(o Options, driver string, sp *spec, sh *shape, ordering bool) (Result, Options) {
-	res := Result{Workload: "drain", Driver: driver, Layout: sp.name, Ordering: ordering,
+	res := Result{Workload: "drain", Driver: driver, Layout: sp.name, Capture: map[bool]string{true: config.CaptureCursor}[o.cursor()], Ordering: ordering,
 		Delivery: firstOr(o.Deliveries, config.DeliveryAtLeastOnce), Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline,
 		Replicas: max(o.Replicas, 1), Shards: max(o.Shards, 1), Databases: o.Databases}
 	if sp.preset {
@@ -88,6 +88,9 @@ func (r Result) label() string {
 			l += fmt.Sprintf(", %d databases", r.Databases)
 		}
 		l += ")"
+	}
+	if r.Capture != "" {
+		l += ", capture " + r.Capture
 	}
 	return l
 }

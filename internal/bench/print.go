@@ -154,6 +154,10 @@ func printDrain(w io.Writer, rs []Result) {
 	if my {
 		fmt.Fprintln(w, "mariadb CPU and redo bytes are the whole server's, its other clients included; xacts are the relay's COMMITs and ROLLBACKs")
 	}
+	if slices.ContainsFunc(rs, func(r Result) bool { return r.Capture == config.CaptureCursor }) {
+		fmt.Fprintln(w, "capture cursor: the relay reads the table by transaction snapshots (an xid8 column and an index on it and id) and writes nothing to it; "+
+			"ceiling ev/s is the claim+UPDATE ceiling of the same table (layout mark's claim and acknowledge statements in a loop, no broker), and ratio the relay over it")
+	}
 	if sinkCeil {
 		fmt.Fprintln(w, "sink ceiling ev/s: the drain's messages (same count, payloads and keys) published to the same server by its own client, into a stream, queue or receiver of their own; relay/sink ceiling: relay ev/s over it")
 	}

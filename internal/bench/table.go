@@ -19,6 +19,8 @@ type table struct {
 	layout string // the layout's or preset's name, for the report
 	sh     *shape
 	dsn    string // for the queue's migrations
+	// cursor adds the column and index capture cursor reads by (cursorDDL).
+	cursor bool
 }
 
 func newTable(name string, sh *shape, dsn string) table {
@@ -58,7 +60,11 @@ func (t table) create(ctx context.Context, pool *pgxpool.Pool) error {
 		if t.sh.ddl == "" {
 			return nil
 		}
-		_, err := tx.Exec(ctx, expand(t.sh.ddl, t.schema))
+		ddl := t.sh.ddl
+		if t.cursor {
+			ddl += cursorDDL
+		}
+		_, err := tx.Exec(ctx, expand(ddl, t.schema))
 		return err
 	})
 	if err != nil {

@@ -86,6 +86,13 @@ seeds' translations) and prefilled with --rows pending rows over --keys
 keys (the column the preset keys and orders by), 200-byte JSON payloads.
 --driver mysql has every preset but payment-queue; all means those.
 
+With --capture cursor, drain reads layout mark's table, given an xid8 column
+(DEFAULT pg_current_xact_id()) and an index on it and id, by capture cursor:
+batches bounded by transaction snapshots, nothing written to the table. Its
+ceiling is the claim+UPDATE loop of layout mark on the same table, measured
+in the same run, so that the ratio is the cursor's rate over what polling
+the table could reach at most.
+
 With --history N, each drain's table first gets N rows already delivered,
 older than the backlog and before it in the claim's order, loaded in the
 state the relay leaves them in (published flag and time, status published,
@@ -203,6 +210,7 @@ it starts, so that it does not take the server's last connections.`,
 	f.DurationVar(&o.Duration, "duration", 10*time.Second, "steady and sparse: how long producers write at each rate; idle: how long statements are counted")
 	f.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the first relay phase (pprof) to this file")
 	f.BoolVar(&o.InProcessBroker, "in-process-broker", false, "run the in-memory broker inside this process")
+	f.StringVar(&o.Capture, "capture", "poll", "drain: how the relay reads the table: poll, or cursor (layout mark's table with an xid column, read by transaction snapshots; the ceiling is its claim+UPDATE loop)")
 	f.StringVar(&o.Sink, "sink", "kafka", "drain: the sink to publish to: "+strings.Join(bench.Sinks, "|"))
 	f.StringVar(&o.SinkURL, "sink-url", "", "drain: the server of --sink other than kafka and webhook (default the local one)")
 	hideConfigFlag(cmd)

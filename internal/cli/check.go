@@ -170,7 +170,11 @@ func (c *checker) source(ctx context.Context, s *app.Source) {
 		c.problem("source %s: %v", s.Name, err)
 		return
 	}
-	line := fmt.Sprintf("source %s: %s (mode %s) needs %s", s.Name, s.TableName(), s.Layout.Mode, strings.Join(p.Need, ", "))
+	mode := "mode " + s.Layout.Mode
+	if s.Config.Cursor() {
+		mode = "capture cursor by " + s.Layout.XID + ": the relay writes nothing to it"
+	}
+	line := fmt.Sprintf("source %s: %s (%s) needs %s", s.Name, s.TableName(), mode, strings.Join(p.Need, ", "))
 	missing := len(p.Missing) > 0
 	if missing {
 		line += ": MISSING " + strings.Join(p.Missing, ", ")

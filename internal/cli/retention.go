@@ -170,10 +170,14 @@ func printRetention(w io.Writer, s *app.Source, dry bool, c source.PurgeResult, 
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s (%s): ", s.Name, s.TableName())
-	if c.KeptByLayout {
+	switch {
+	case c.KeptByLayout && s.Config.Cursor():
+		b.WriteString("the table is history, which the relay never writes to (capture cursor); ")
+		fmt.Fprintf(&b, "%s ", verb)
+	case c.KeptByLayout:
 		b.WriteString("rows are deleted on delivery; ")
 		fmt.Fprintf(&b, "%s ", verb)
-	} else {
+	default:
 		fmt.Fprintf(&b, "%s %d published, %d dead", verb, c.Published, c.Dead)
 		if !dry {
 			fmt.Fprintf(&b, " in %d batch(es)", c.Batches)

@@ -190,6 +190,14 @@ type Source struct {
 	// "{database}.kafka_outbox".
 	Table    string    `yaml:"table"`
 	Discover *Discover `yaml:"discover"`
+	// Capture is how the relay finds the source's rows: poll (default)
+	// claims pending rows and writes their state in the table; cursor reads
+	// an append-only table in batches bounded by transaction snapshots and
+	// keeps its position in the relay's schema, writing nothing to the
+	// table (PostgreSQL, a layout with xid_column; the layout's state is
+	// ignored; not with shards, retention, event_priority nor delivery
+	// exactly_once). See docs/capture.md.
+	Capture string `yaml:"capture"`
 	// Preset names a built-in layout (see internal/layout); Layout overrides
 	// its fields one by one.
 	Preset string      `yaml:"preset"`

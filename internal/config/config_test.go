@@ -75,6 +75,13 @@ var goodFixtures = map[string]struct {
 			}
 		},
 	},
+	"capture.good.yaml": {
+		check: func(t *testing.T, c *Config) {
+			if h, o := c.Sources[0], c.Sources[1]; h.Capture != CaptureCursor || !h.Cursor() || o.Capture != CapturePoll || o.Cursor() {
+				t.Errorf("capture %q and %q, want cursor and the default poll", h.Capture, o.Capture)
+			}
+		},
+	},
 	"event_priority.good.yaml": {
 		check: func(t *testing.T, c *Config) {
 			k, s := c.Sources[0].EventPriority, c.Sources[1].EventPriority
@@ -125,6 +132,15 @@ var badFixtures = map[string][]string{
 		`source "orders": sources[0].shards: must be between 1 and 256, got 0`,
 		`source "billing": sources[1].shards: must be between 1 and 256, got 300`,
 		`source "payments": sources[2].shards: not with delivery exactly_once (one transactional producer serves the whole source), got 4`,
+	},
+	"capture.bad.yaml": {
+		`source "nocolumn": sources[0].layout.xid_column: required with capture cursor: an xid8 column filled by DEFAULT pg_current_xact_id()`,
+		`source "mysql": sources[1].capture: cursor needs PostgreSQL (it reads transaction snapshots); database shop is mysql`,
+		`source "split": sources[2].shards: not with capture cursor: one position per source, read by one worker; got 4`,
+		`source "split": sources[2].retention: not with capture cursor: the relay never writes to the table`,
+		`source "split": sources[2].event_priority: not with capture cursor`,
+		`source "split": sources[2].delivery: exactly_once is not available with capture cursor`,
+		`source "wal": sources[3].capture: must be one of poll, cursor, got "wal"`,
 	},
 	"event_priority.bad.yaml": {
 		`source "split": sources[0].event_priority: not with shards (4) and ordering: a bucket's claim does not rank its rows`,
@@ -302,6 +318,7 @@ func checkMinimal(t *testing.T, c *Config) {
 			Backoff:        Backoff{Initial: Duration(time.Second), Max: Duration(5 * time.Minute)},
 			Poll:           Poll{Min: Duration(50 * time.Millisecond), Max: Duration(time.Second), Fallback: Duration(10 * time.Second)},
 			Delivery:       DeliveryAtLeastOnce,
+			Capture:        CapturePoll,
 			Notify:         "auto",
 			InstallTrigger: &yes,
 			ManageTable:    &no,

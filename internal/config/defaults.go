@@ -54,6 +54,10 @@ const (
 	// queue); the relay creates its tables when manage_table is on.
 	QueuePreset = "payment-queue"
 
+	// The capture modes (sources[].capture).
+	CapturePoll   = "poll"
+	CaptureCursor = "cursor"
+
 	DeliveryAtLeastOnce  = "at_least_once"
 	DeliveryExactlyOnce  = "exactly_once"
 	DefaultProgressTopic = "outbox_relay_progress"
@@ -166,6 +170,7 @@ func (c *Config) sourceDefaults(d defaulter, i int) {
 		d.dur(&s.Poll.Fallback, p+".poll.fallback", DefaultPollFallback)
 	}
 	d.str(&s.Notify, DefaultNotify)
+	d.str(&s.Capture, CapturePoll)
 	d.str(&s.Delivery, DeliveryAtLeastOnce)
 	for j := range s.Routes {
 		d.str(&s.Routes[j].Name, "route"+strconv.Itoa(j))

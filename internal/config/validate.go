@@ -279,6 +279,7 @@ func (c *Config) validateSource(ps *problems, i int, seen map[string]int) {
 		ps.add(p+".claim_timeout", "must be at least 1s, got %s", s.ClaimTimeout)
 	}
 	validateManageTable(ps, p, s)
+	c.validateCapture(ps, p, s)
 	c.validateDelivery(ps, p, s)
 	c.validateRetention(ps, p+".retention", s)
 }

@@ -51,7 +51,7 @@ type Layout struct {
 	// each rendered into source.Row.Extra.
 	HeaderExtras []HeaderExtra
 
-	Mode        string // flag|timestamp|status|delete
+	Mode        string // flag|timestamp|status|delete|queue, or ModeNone
 	Flag        string
 	PublishedAt string
 	Status      string
@@ -269,7 +269,7 @@ func Resolve(l Spec, explicit map[string]bool, table string, cols []Column) (*La
 				return nil, &FieldError{f[0], "required for mode status"}
 			}
 		}
-	case "delete":
+	case "delete", ModeNone:
 	case "queue":
 		if out.Queue, err = resolveQueue(l.State.Queue, need); err != nil {
 			return nil, err

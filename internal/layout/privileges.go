@@ -5,8 +5,11 @@ import "slices"
 // NeededPrivileges lists what the layout needs on its outbox table: SELECT
 // always; UPDATE to mark rows (or keep retry columns); DELETE only when the
 // layout deletes delivered rows; a queue (mode queue) SELECT, INSERT and
-// DELETE.
+// DELETE; a table the relay never writes (ModeNone) SELECT alone.
 func (l *Layout) NeededPrivileges() []string {
+	if l.Mode == ModeNone {
+		return []string{"SELECT"}
+	}
 	if l.Mode == "queue" {
 		// A claim deletes; a retry and a replay put the row back.
 		return []string{"SELECT", "INSERT", "DELETE"}

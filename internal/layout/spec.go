@@ -25,7 +25,7 @@ type Spec struct {
 	AggregateID   string            `yaml:"aggregate_id"`   // column: the aggregate id (header)
 	CreatedAt     string            `yaml:"created_at"`     // column: when the row was written (lag, retention)
 	OrderBy       string            `yaml:"order_by"`       // column rows are claimed in; default created_at, else id
-	XIDColumn     string            `yaml:"xid_column"`     // column of type xid8 filled with pg_current_xact_id(): claims in commit order
+	XIDColumn     string            `yaml:"xid_column"`     // column of type xid8 filled with pg_current_xact_id(): polling claims rows in commit order; capture cursor (which needs it) reads by it
 	RetryCount    string            `yaml:"retry_count"`    // column the relay counts failed attempts in
 	MaxRetries    string            `yaml:"max_retries"`    // column: a row's own retry budget
 	Error         string            `yaml:"error"`          // column the relay writes a dead letter's reason to

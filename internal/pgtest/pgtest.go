@@ -137,3 +137,48 @@ func Pool(t testing.TB, dsn, applicationName string) *pgxpool.Pool {
 	t.Cleanup(p.Close)
 	return p
 }
+
+// OwnPool opens a pool of at most four connections on dsn whose sessions
+// carry an application_name of their own, and returns it with the Killer
+// that cuts them all at once through admin. When the test ends its
+// connections are cut and it is closed in the background: a claim a
+// failed test left open would keep Close waiting.
+func OwnPool(t testing.TB, dsn string, admin *pgxpool.Pool) (*pgxpool.Pool, Killer) {
+	t.Helper()
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := Killer{admin: admin, app: "sourcetest_" + Suffix()}
+	pc.ConnConfig.RuntimeParams["application_name"] = k.app
+	pc.MaxConns = 4
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = k.kill(context.Background())
+		go pool.Close()
+	})
+	return pool, k
+}
+
+// Killer cuts every session of one pool at once, as a crash or a network
+// failure would, without telling the pool.
+type Killer struct {
+	admin *pgxpool.Pool
+	app   string
+}
+
+func (k Killer) kill(ctx context.Context) error {
+	_, err := k.admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", k.app)
+	return err
+}
+
+// Kill cuts the sessions, failing the test if it cannot.
+func (k Killer) Kill(t *testing.T) {
+	t.Helper()
+	if err := k.kill(context.Background()); err != nil {
+		t.Fatalf("kill connections: %v", err)
+	}
+}

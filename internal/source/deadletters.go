@@ -39,7 +39,9 @@ type ReplayStatements struct {
 	// Restore returns the statement that inserts the row again from the
 	// copy its dead letter (the dead letter's id) kept.
 	Restore func(ctx context.Context) (string, error)
-	// ClearRetry deletes the retry state (the source, the event id).
+	// ClearRetry resets the retry state (the source, the event id): it
+	// deletes it or, for a store whose rows behind its position wait in
+	// retry_state (capture cursor), makes it due at once, with no attempt.
 	ClearRetry string
 	// MarkReplayed marks the dead letter (its id) replayed.
 	MarkReplayed string

@@ -59,10 +59,13 @@ type PurgeBatch struct {
 // PurgeRun names what a retention run deletes, for its messages, and says
 // how it goes.
 type PurgeRun struct {
-	Table    string // the outbox table, as messages name it
-	Relay    string // the relay's schema or database, as messages name it
-	Source   string
-	KeptRows bool // the layout deletes its rows itself (mode delete)
+	Table  string // the outbox table, as messages name it
+	Relay  string // the relay's schema or database, as messages name it
+	Source string
+	// KeptRows: no row of the table is deleted, as the layout deletes its
+	// rows itself (mode delete) or the relay never writes to the table
+	// (capture cursor, layout.ModeNone).
+	KeptRows bool
 	PurgeOptions
 }
 

@@ -37,6 +37,7 @@ type PurgeResult struct {
 	// Batches is the number of batches that deleted from the outbox table.
 	Batches int
 	// KeptByLayout is set when the layout deletes rows itself (mode
-	// delete): the outbox table was left alone.
+	// delete) or the relay never writes to the table (capture cursor):
+	// the outbox table was left alone.
 	KeptByLayout bool
 }

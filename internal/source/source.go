@@ -93,6 +93,13 @@ type Receipt struct {
 // recorded.
 var ErrAlreadySettled = errors.New("the attempt already has an outcome")
 
+// ErrPositionMoved is returned by Batch.Complete of a store that reads its
+// source from a recorded position (capture cursor) when the position is no
+// longer the one the batch was claimed from: another claimer recorded a
+// batch from it, or a batch claimed before this one was not completed.
+// Nothing is recorded, and the batch's rows are claimed again.
+var ErrPositionMoved = errors.New("the source's position moved since the claim")
+
 // ReceiptTaker is a Store that records what the destination answered to
 // each row (Outcome.Receipts).
 type ReceiptTaker interface {

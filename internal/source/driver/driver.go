@@ -85,7 +85,12 @@ type Table interface {
 
 // SourceParams configure the store of one source.
 type SourceParams struct {
-	Source       string // the source's name
+	Source string // the source's name
+	// Capture is how the store finds rows (sources[].capture): "" or
+	// CapturePoll claims pending rows, CaptureCursor reads an append-only
+	// table from a position (PostgreSQL), its layout untouched (see
+	// layout.MergeUntouched).
+	Capture      string
 	Layout       *layout.Layout
 	Ordering     bool
 	ClaimTimeout time.Duration
@@ -99,6 +104,12 @@ type SourceParams struct {
 	// (a dispatch queue's).
 	Metrics *metrics.Metrics
 }
+
+// The capture modes a store may be opened in (SourceParams.Capture).
+const (
+	CapturePoll   = "poll"
+	CaptureCursor = "cursor"
+)
 
 // Migrator applies the relay's own migrations to one database.
 type Migrator interface {

@@ -153,6 +153,9 @@ func (t *adaptedTable) Columns() []layout.Column { return t.cols }
 func (t *adaptedTable) StatementOrder() bool { return false }
 
 func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.Store, error) {
+	if p.Capture == driver.CaptureCursor {
+		return nil, errors.New("capture: cursor reads PostgreSQL's transaction snapshots; MySQL and MariaDB tables are polled")
+	}
 	index, err := ClaimIndex(ctx, t.db.db, t.t, p.Layout)
 	if err != nil {
 		return nil, fmt.Errorf("table: %w", err)

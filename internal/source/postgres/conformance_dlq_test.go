@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/outbox-relay/outbox-relay/internal/source"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
@@ -39,16 +37,8 @@ func (tb *pgTable) Purge(t *testing.T, src string, o source.PurgeOptions) (sourc
 
 func (tb *pgTable) Audit(t *testing.T, deadLetterID string) []string {
 	t.Helper()
-	rows, err := tb.h.pool.Query(context.Background(), `SELECT action FROM outbox_relay.failed_event_audit
+	return column(t, tb.h.pool, `SELECT action FROM outbox_relay.failed_event_audit
 WHERE failed_event_id::text = $1 ORDER BY id`, deadLetterID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
 }
 
 func (tb *pgTable) Backdate(t *testing.T, id string, d time.Duration) {

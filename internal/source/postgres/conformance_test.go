@@ -108,49 +108,18 @@ func sprintf(format string, t postgres.Table) string {
 
 func (tb *pgTable) Open(t *testing.T, o sourcetest.Options) sourcetest.Store {
 	t.Helper()
-	pc, err := pgxpool.ParseConfig(tb.h.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app := "sourcetest_" + pgtest.Suffix()
-	pc.ConnConfig.RuntimeParams["application_name"] = app
-	pc.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &pgStore{
+	pool, k := pgtest.OwnPool(t, tb.h.dsn, tb.h.pool)
+	return &pgStore{
 		Store: postgres.New(pool, postgres.Options{Source: o.Source, Table: tb.table, RelaySchema: relaySchema,
 			Layout: tb.layout, Ordering: o.Ordering, ClaimTimeout: o.ClaimTimeout, Bucket: o.Bucket, Priority: o.Priority}),
-		admin: tb.h.pool, app: app,
+		Killer: k,
 	}
-	t.Cleanup(func() {
-		// A batch a failed test left open would keep Close waiting: cut
-		// the connections first and close in the background.
-		s.kill(context.Background())
-		go pool.Close()
-	})
-	return s
 }
 
-// pgStore is a store whose connections carry a unique application_name,
-// by which Kill finds them.
+// pgStore is a store whose connections Kill cuts.
 type pgStore struct {
 	*postgres.Store
-	admin *pgxpool.Pool
-	app   string
-}
-
-func (s *pgStore) kill(ctx context.Context) error {
-	_, err := s.admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", s.app)
-	return err
-}
-
-func (s *pgStore) Kill(t *testing.T) {
-	t.Helper()
-	if err := s.kill(context.Background()); err != nil {
-		t.Fatalf("kill connections: %v", err)
-	}
+	pgtest.Killer
 }
 
 func (tb *pgTable) Insert(t *testing.T, rows ...sourcetest.Row) []string {

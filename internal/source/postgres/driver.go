@@ -201,6 +201,13 @@ func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.
 	if err := p.Bucket.Validate(); err != nil {
 		return nil, fmt.Errorf("shards: %w", err)
 	}
+	if p.Capture == driver.CaptureCursor {
+		if p.Bucket.Split() {
+			return nil, errors.New("shards: capture cursor keeps one position per source; it is not split")
+		}
+		return OpenCursor(ctx, t.db.pool, t.t, t.cols, CursorOptions{Source: p.Source, RelaySchema: t.db.schema,
+			Layout: p.Layout, Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout})
+	}
 	if p.Layout.Queue != nil {
 		if p.Bucket.Split() {
 			return nil, errors.New("shards: a queue (state mode queue) is not split")

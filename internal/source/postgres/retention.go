@@ -44,7 +44,7 @@ func Purge(ctx context.Context, pool *pgxpool.Pool, p PurgeParams) (PurgeResult,
 		begin: fmt.Sprintf("BEGIN; SET LOCAL lock_timeout = %d; SET LOCAL statement_timeout = %d",
 			max(lock.Milliseconds(), 1), max(stmt.Milliseconds(), 1))}
 	return source.Purge(ctx, d, source.PurgeRun{
-		Table: p.Table.String(), Relay: p.RelaySchema, Source: p.Source, KeptRows: p.Layout.Mode == "delete",
+		Table: p.Table.String(), Relay: p.RelaySchema, Source: p.Source, KeptRows: p.Layout.Mode == "delete" || p.Layout.Mode == layout.ModeNone,
 		PurgeOptions: p.PurgeOptions,
 	})
 }

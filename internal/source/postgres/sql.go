@@ -11,15 +11,13 @@ import (
 
 // statements is the SQL of one source, built once from its layout.
 type statements struct {
-	claim         claimSQL
-	ack           string // $1 ctids, and $2 the batch id when the layout records claims
-	ackBatchID    bool
-	markByID      string // $1 ids, and $2 the batch id when the layout records claims: published if still pending
-	dead          string // $1 ids, $2 reasons
-	retryRow      string // $1 ids, $2 attempts, $3 errors; empty when the table has no retry columns
-	retryState    string // $1 source, $2 ids, $3 order keys, $4 attempts, $5 next, $6 errors
-	clearRetry    string // $1 source, $2 ids
-	insertDead    string
+	claim      claimSQL
+	ack        string // $1 ctids, and $2 the batch id when the layout records claims
+	ackBatchID bool
+	markByID   string // $1 ids, and $2 the batch id when the layout records claims: published if still pending
+	dead       string // $1 ids, $2 reasons
+	retryRow   string // $1 ids, $2 attempts, $3 errors; empty when the table has no retry columns
+	relaySQL
 	stats         string // $1 source, $2 schema, $3 table, $4 last id, $5-$7 counts
 	pendingValues string // SET list that puts a row back in the pending set
 }
@@ -127,15 +125,38 @@ func buildStatements(l *layout.Layout, table, relaySchema string, ordering bool,
 		s.retryRow = "UPDATE " + table + " o SET " + strings.Join(sets, ", ") +
 			" FROM unnest($1::text[], $2::int[], $3::text[]) AS u(id, attempts, err) WHERE " + id + " = u.id::" + l.ID.Type
 	}
-	s.retryState = `INSERT INTO ` + rs + `.retry_state AS t (source, event_id, order_key, attempts, next_attempt_at, last_error, tie)
+	s.relaySQL = newRelaySQL(l, table, rs)
+
+	created := "NULL::timestamptz AS min"
+	if l.CreatedAt != "" {
+		created = "min(" + sq.Col("o", l.CreatedAt) + ")::timestamptz AS min"
+	}
+	backlog := "SELECT count(*), " + created + " FROM " + table + " o WHERE " + sq.Pending(l, "o")
+	s.stats = StatsStatement(relaySchema, backlog)
+	return s
+}
+
+// retryStateSQL records rows for another attempt: $1 source, $2 ids, $3
+// order keys, $4 attempts, $5 when, $6 errors, $7 ties. rs is the relay
+// schema, quoted.
+func retryStateSQL(rs string) string {
+	return `INSERT INTO ` + rs + `.retry_state AS t (source, event_id, order_key, attempts, next_attempt_at, last_error, tie)
 SELECT $1, u.* FROM unnest($2::text[], $3::text[], $4::int[], $5::timestamptz[], $6::text[], $7::bigint[]) AS u
 ON CONFLICT (source, event_id) DO UPDATE SET order_key = excluded.order_key, attempts = excluded.attempts,
   next_attempt_at = excluded.next_attempt_at, last_error = excluded.last_error, updated_at = now()`
-	s.clearRetry = `DELETE FROM ` + rs + `.retry_state WHERE source = $1 AND event_id = ANY($2::text[])`
+}
 
-	// Dead letters keep the route as rendered and the whole row (row_data)
-	// so that a replay can restore a row the layout deletes.
-	s.insertDead = `INSERT INTO ` + rs + `.failed_events (original_event_id, source, source_schema, source_table,
+// clearRetrySQL forgets the retry state of rows: $1 source, $2 ids.
+func clearRetrySQL(rs string) string {
+	return `DELETE FROM ` + rs + `.retry_state WHERE source = $1 AND event_id = ANY($2::text[])`
+}
+
+// insertDeadSQL records dead letters of table's rows (see
+// completion.DeadLetter for its arguments). Dead letters keep the route as
+// rendered and the whole row (row_data) so that a replay can restore a row
+// the layout deletes.
+func insertDeadSQL(l *layout.Layout, table, rs string) string {
+	return `INSERT INTO ` + rs + `.failed_events (original_event_id, source, source_schema, source_table,
   event_type, topic, event_key, partition_key, headers, payload, payload_raw, row_data,
   failure_reason, failure_count, first_failed_at, last_failed_at)
 SELECT u.id, $1, $2, $3, COALESCE(u.event_type, ''), u.topic, u.event_key, u.partition_key,
@@ -145,16 +166,8 @@ SELECT u.id, $1, $2, $3, COALESCE(u.event_type, ''), u.topic, u.event_key, u.par
   to_jsonb(o), u.reason, u.attempts, COALESCE(r.first_failed_at, now()), now()
 FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::text[], $9::text[], $10::bytea[], $11::bool[], $12::text[], $13::int[])
   AS u(id, event_type, topic, event_key, partition_key, headers, payload, is_json, reason, attempts)
-JOIN ` + table + ` o ON ` + id + ` = u.id::` + l.ID.Type + `
+JOIN ` + table + ` o ON ` + sq.Col("o", l.ID.Name) + ` = u.id::` + l.ID.Type + `
 LEFT JOIN ` + rs + `.retry_state r ON r.source = $1 AND r.event_id = u.id`
-
-	created := "NULL::timestamptz AS min"
-	if l.CreatedAt != "" {
-		created = "min(" + sq.Col("o", l.CreatedAt) + ")::timestamptz AS min"
-	}
-	backlog := "SELECT count(*), " + created + " FROM " + table + " o WHERE " + sq.Pending(l, "o")
-	s.stats = StatsStatement(relaySchema, backlog)
-	return s
 }
 
 // StatsStatement is the statement RecordStats runs: backlog is a query of

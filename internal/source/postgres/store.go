@@ -151,7 +151,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	q.Queue(s.sql.claim.settings, s.idle)
 	q.Queue(stmt, args...)
 	if lease != nil {
-		b.queueLeaseCheck(q)
+		queueLeaseCheck(q, s.opts.RelaySchema, lease)
 	}
 	br := conn.SendBatch(ctx, q)
 	fail := func(err error) (source.Batch, error) {
@@ -186,7 +186,7 @@ func (s *Store) Claim(ctx context.Context, limit int) (source.Batch, error) {
 	rows.Close()
 	err = rows.Err()
 	if err == nil && lease != nil {
-		err = b.leaseHeld(br)
+		err = leaseHeld(br, lease)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -379,7 +379,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	}
 	defer b.forget() // after the transaction has ended (deferred calls run last first)
 	defer b.tx.end(context.WithoutCancel(ctx))
-	w := &completion{b: b}
+	w := b.completion()
 	c := source.PlanCompletion(b.rows, o, func(i int) bool { return b.retrying[i] })
 	if err := source.WriteCompletion(ctx, w, c, b.lease != nil); err != nil {
 		return fmt.Errorf("complete batch on %s: %w", b.store.opts.Table, err)
@@ -388,7 +388,7 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 	br := b.tx.conn.SendBatch(ctx, &w.q)
 	err := error(nil)
 	if b.lease != nil {
-		err = b.leaseHeld(br)
+		err = leaseHeld(br, b.lease)
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -403,17 +403,18 @@ func (b *batch) Complete(ctx context.Context, o source.Outcome) error {
 // or released.
 var errBatchEnded = errors.New("the batch was already completed or released")
 
-// completion queues a batch's completion statements (source.CompletionWriter).
+// completion queues a batch's completion statements
+// (source.CompletionWriter): the relay's tables' (relayWrites), and the
+// table's own.
 type completion struct {
+	relayWrites
 	b *batch
-	q pgx.Batch // under a lease, its lease check first
 }
 
-// CheckLease queues the lease check ahead of the writes; Complete reads it
-// first.
-func (w *completion) CheckLease(context.Context) error {
-	w.b.queueLeaseCheck(&w.q)
-	return nil
+func (b *batch) completion() *completion {
+	s := b.store
+	return &completion{b: b, relayWrites: relayWrites{relaySQL: s.sql.relaySQL, relaySchema: s.opts.RelaySchema, lease: b.lease,
+		source: s.opts.Source, table: s.opts.Table, rows: b.rows, ties: b.ties}}
 }
 
 func (w *completion) Acknowledge(_ context.Context, rows []int) error {
@@ -430,32 +431,22 @@ func (w *completion) Acknowledge(_ context.Context, rows []int) error {
 	return nil
 }
 
-func (w *completion) RecordRetries(_ context.Context, rs []source.Retry) error {
-	s, n := w.b.store, len(rs)
-	ids, keys, errs := make([]string, n), make([]string, n), make([]string, n)
-	attempts, at, ties := make([]int32, n), make([]time.Time, n), make([]int64, n)
-	for i, r := range rs {
-		row := &w.b.rows[r.Index]
-		ids[i], keys[i], attempts[i], at[i], errs[i] = row.ID, row.OrderKey, int32(r.Attempts), r.At, r.Err
-		ties[i] = w.b.ties[r.Index]
-	}
-	w.q.Queue(s.sql.retryState, s.opts.Source, ids, keys, attempts, at, errs, ties)
+func (w *completion) RecordRetries(ctx context.Context, rs []source.Retry) error {
+	s := w.b.store
+	_ = w.relayWrites.RecordRetries(ctx, rs)
 	if s.sql.retryRow != "" {
+		ids, attempts, errs := make([]string, len(rs)), make([]int32, len(rs)), make([]string, len(rs))
+		for i, r := range rs {
+			ids[i], attempts[i], errs[i] = w.b.rows[r.Index].ID, int32(r.Attempts), r.Err
+		}
 		w.q.Queue(s.sql.retryRow, ids, attempts, errs)
 	}
 	return nil
 }
 
 func (w *completion) DeadLetter(_ context.Context, ds []source.DeadLetter) error {
-	s, n := w.b.store, len(ds)
-	ids, types, topics, keys, pkeys, headers := make([]string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n), make([]*string, n)
-	payloads, isJSON, reasons, attempts := make([][]byte, n), make([]bool, n), make([]string, n), make([]int32, n)
-	for i, d := range ds {
-		ids[i], payloads[i], isJSON[i], reasons[i], attempts[i] = d.ID, d.Payload, d.PayloadIsJSON, d.Reason, int32(d.Attempts)
-		types[i], topics[i], keys[i], pkeys[i], headers[i] = &d.EventType, d.Topic, d.Key, d.PartitionKey, d.Headers
-	}
-	w.q.Queue(s.sql.insertDead, s.opts.Source, s.opts.Table.Schema, s.opts.Table.Name,
-		ids, types, topics, keys, pkeys, headers, payloads, isJSON, reasons, attempts)
+	s := w.b.store
+	ids, reasons, attempts := w.dead(ds)
 	if s.opts.Layout.Mode == "delete" {
 		w.q.Queue(s.sql.dead, ids)
 	} else {
@@ -464,29 +455,21 @@ func (w *completion) DeadLetter(_ context.Context, ds []source.DeadLetter) error
 	return nil
 }
 
-func (w *completion) ForgetRetries(_ context.Context, ids []string) error {
-	w.q.Queue(w.b.store.sql.clearRetry, w.b.store.opts.Source, ids)
-	return nil
-}
-
-// queueLeaseCheck queues the read of the lease the batch was claimed
-// under; leaseHeld reads its answer. The read takes no lock: a lock on the
-// lease row would hold up the owner's own renewals. When the lease is no
-// longer held the check fails with an error (a division by the number of
-// matching leases, zero), so that the statements queued behind it in the
-// same round trip, COMMIT included, are skipped. Queued behind the
-// statements it must follow or ahead of those it guards, it costs no round
-// trip of its own.
-func (b *batch) queueLeaseCheck(q *pgx.Batch) {
-	l := b.lease
-	q.Queue(`SELECT 1 / count(*) FROM `+QuoteIdent(b.store.opts.RelaySchema)+`.leases
+// queueLeaseCheck queues the read of lease l in relaySchema; leaseHeld
+// reads its answer. The read takes no lock: a lock on the lease row would
+// hold up the owner's own renewals. When the lease is no longer held the
+// check fails with an error (a division by the number of matching leases,
+// zero), so that the statements queued behind it in the same round trip,
+// COMMIT included, are skipped. Queued behind the statements it must follow
+// or ahead of those it guards, it costs no round trip of its own.
+func queueLeaseCheck(q *pgx.Batch, relaySchema string, l *source.Lease) {
+	q.Queue(`SELECT 1 / count(*) FROM `+QuoteIdent(relaySchema)+`.leases
 WHERE shard = $1 AND owner = $2 AND term = $3`, l.Shard, l.Owner, l.Term)
 }
 
-// leaseHeld reads the answer of a queued lease check: source.ErrLeaseLost
-// when the lease changed owner or term.
-func (b *batch) leaseHeld(br pgx.BatchResults) error {
-	l := b.lease
+// leaseHeld reads the answer of a queued check of lease l:
+// source.ErrLeaseLost when the lease changed owner or term.
+func leaseHeld(br pgx.BatchResults, l *source.Lease) error {
 	var one int64
 	err := br.QueryRow().Scan(&one)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "22012" {

@@ -106,43 +106,14 @@ func (tb *queueTable) newStore(t *testing.T, pool *pgxpool.Pool, src string) *qu
 // ClaimTimeout (the suite runs the reaper with it, see Reap).
 func (tb *queueTable) Open(t *testing.T, o sourcetest.Options) sourcetest.Store {
 	t.Helper()
-	pc, err := pgxpool.ParseConfig(tb.h.dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	app := "sourcetest_" + pgtest.Suffix()
-	pc.ConnConfig.RuntimeParams["application_name"] = app
-	pc.MaxConns = 4
-	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := &queueStore{Store: tb.newStore(t, pool, o.Source), admin: tb.h.pool, app: app}
-	t.Cleanup(func() {
-		s.kill(context.Background())
-		go pool.Close()
-	})
-	return s
+	pool, k := pgtest.OwnPool(t, tb.h.dsn, tb.h.pool)
+	return &queueStore{Store: tb.newStore(t, pool, o.Source), Killer: k}
 }
 
-// queueStore is a store whose connections carry a unique
-// application_name, by which Kill finds them.
+// queueStore is a store whose connections Kill cuts.
 type queueStore struct {
 	*queue.Store
-	admin *pgxpool.Pool
-	app   string
-}
-
-func (s *queueStore) kill(ctx context.Context) error {
-	_, err := s.admin.Exec(ctx, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1", s.app)
-	return err
-}
-
-func (s *queueStore) Kill(t *testing.T) {
-	t.Helper()
-	if err := s.kill(context.Background()); err != nil {
-		t.Fatalf("kill connections: %v", err)
-	}
+	pgtest.Killer
 }
 
 // Insert is seed 003's producer transaction: the participant's next

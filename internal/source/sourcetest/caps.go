@@ -48,6 +48,27 @@ type Capabilities struct {
 	// WholeSourceOnly: the store claims a whole source; it cannot be
 	// opened on a bucket of it (Options.Bucket).
 	WholeSourceOnly bool
+	// OneClaimer: the store reads its source from one position, which it
+	// keeps in memory ahead of its batches in flight and records as they
+	// complete, each over the position it was claimed from: one claimer
+	// per source reads it (the lease holder). A second store opened on the
+	// source starts from the position recorded, so beside batches another
+	// holds it hands their rows out again; of two batches claimed from one
+	// recorded position only the first to complete records anything, the
+	// other fails with source.ErrPositionMoved and its rows are claimed
+	// again. A batch completed before one claimed earlier fails so too
+	// (the relay completes them in claim order). The suite's second
+	// claimer beside a held batch is then the store that holds it, and
+	// concurrent claimers count a row once per batch that completed.
+	OneClaimer bool
+	// TableUntouched: the store never writes to the outbox table (a
+	// history table read by capture cursor). What became of a row is kept
+	// in the relay's own tables, from which the Table's State reads it:
+	// handed on and waiting in no retry state, Published, or Failed while
+	// it has a dead letter not replayed; else Pending. The table keeps no
+	// retry counter nor error, the layout needs SELECT alone, and
+	// retention, which deletes rows, does not apply.
+	TableUntouched bool
 }
 
 // CapableHarness is a Harness that declares its store's capabilities for
@@ -71,6 +92,17 @@ func capabilitiesOf(h Harness, preset string) Capabilities {
 		return c.Capabilities(preset)
 	}
 	return Capabilities{}
+}
+
+// beside is the store a second claimer uses while first holds a batch of
+// the source: a new one on tbl, or first itself for a store of one claimer
+// per source (OneClaimer).
+func (s *suite) beside(t *testing.T, tbl Table, first Store, o Options) Store {
+	t.Helper()
+	if s.caps.OneClaimer {
+		return first
+	}
+	return tbl.Open(t, o)
 }
 
 // reap runs tbl's reaper with olderThan when the store's claims are taken

@@ -64,6 +64,10 @@ func (s *suite) testIdleClaimTimeout(t *testing.T) {
 	tbl, src := s.newTable(t)
 	id := tbl.Insert(t, rows(2, 700)...)
 	const timeout = time.Second
+	if s.caps.OneClaimer {
+		s.idleClaimOfOneClaimer(t, tbl, src, id, timeout)
+		return
+	}
 	b := claim(t, tbl.Open(t, Options{Source: src, ClaimTimeout: timeout}), 10)
 	claimed := time.Now()
 	if got := ids(b); !slices.Equal(got, id) {
@@ -120,4 +124,25 @@ func (s *suite) testForeignClaims(t *testing.T) {
 	if early := time.Until(now.Add(timeout)); early > 100*time.Millisecond {
 		t.Errorf("a live claim of another relay was taken %s before the claim timeout", early)
 	}
+}
+
+// idleClaimOfOneClaimer is testIdleClaimTimeout for a store of one claimer
+// per source, which holds its rows apart from no other store: a claim
+// idle for less than its timeout still completes, one idle for longer no
+// longer can, and a new claimer then takes its rows.
+func (s *suite) idleClaimOfOneClaimer(t *testing.T, tbl Table, src string, id []string, timeout time.Duration) {
+	st := tbl.Open(t, Options{Source: src, ClaimTimeout: timeout})
+	b := claim(t, st, 10)
+	if got := ids(b); !slices.Equal(got, id) {
+		t.Fatalf("claimed %v, want %v", got, id)
+	}
+	time.Sleep(timeout / 2)
+	release(t, b) // its transaction is still open: a rollback succeeds
+	b = claim(t, st, 10)
+	if got := ids(b); !slices.Equal(got, id) {
+		t.Fatalf("claimed %v after a release, want %v", got, id)
+	}
+	time.Sleep(timeout + time.Second)
+	completeFails(t, tbl, b)
+	s.giveBack(t, s.waitClaim(t, tbl.Open(t, Options{Source: src}), 10, id, takeBack))
 }

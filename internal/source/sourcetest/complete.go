@@ -149,7 +149,7 @@ func (s *suite) testPerKeyOrder(t *testing.T) {
 		t.Fatalf("claimed %v, want %v", got, want)
 	}
 	// While a1 and b1 are in flight, a2 and b2 wait for them.
-	if o := claim(t, tbl.Open(t, Options{Source: src, Ordering: true}), 10); o != nil {
+	if o := claim(t, s.beside(t, tbl, st, Options{Source: src, Ordering: true}), 10); o != nil {
 		release(t, o)
 		t.Fatalf("claimed %v while the first rows of their keys are in flight", ids(o))
 	}

@@ -156,7 +156,15 @@ func (s *suite) testPurgeDead(t *testing.T) {
 	if got := tbl.Audit(t, dl[1].ID); !slices.Equal(got, []string{"replay"}) {
 		t.Errorf("audit of the replayed dead letter = %v, want [replay]", got)
 	}
-	if after := tbl.State(t, id[0]); after != before {
+	after := tbl.State(t, id[0])
+	switch {
+	case s.caps.TableUntouched:
+		// The table holds no mark of its own: the dead letter was the
+		// record of the failure. The row is not pending again.
+		if !after.Exists || after.Pending {
+			t.Errorf("row of the purged dead letter: %+v, want there and not pending", after)
+		}
+	case after != before:
 		t.Errorf("row of the purged dead letter: %+v, was %+v", after, before)
 	}
 	if n := tbl.PurgeDead(t, []string{dl[0].ID}, "sourcetest"); n != 0 {

@@ -62,6 +62,9 @@ func (s *suite) testPrivileges(t *testing.T) {
 	if !slices.Contains(need, "SELECT") {
 		t.Fatalf("the layout needs %v, want SELECT among them", need)
 	}
+	if s.caps.TableUntouched && !slices.Equal(need, []string{"SELECT"}) {
+		t.Fatalf("the layout needs %v, want SELECT alone: the store never writes to the table", need)
+	}
 	if !slices.Equal(none.Missing, need) || len(none.Extra) > 0 || len(none.RelayMissing) > 0 {
 		t.Errorf("granted nothing on the outbox table: missing %v, more %v, relay tables missing %v; want missing %v and nothing else",
 			none.Missing, none.Extra, none.RelayMissing, need)
