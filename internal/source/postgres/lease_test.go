@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -95,7 +96,28 @@ type pgOwner struct {
 
 func (o *pgOwner) Name() string          { return o.name }
 func (o *pgOwner) Leases() *lease.Leases { return o.leases }
-func (o *pgOwner) Die(*testing.T)        { o.pool.Close() }
+
+// Die closes the owner's connections and returns once the server shows
+// none of its sessions (a backend ends a moment after its client closes).
+func (o *pgOwner) Die(t *testing.T) {
+	t.Helper()
+	o.pool.Close()
+	app := postgres.ApplicationName(o.name)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var n int
+		if err := o.env.pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1", app).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still has %d sessions 10 s after its connections closed", o.name, n)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
 
 func (o *pgOwner) Store(t *testing.T, shard string) source.Store {
 	st, _ := newStore(t, o.pool, shard, o.env.table, "status", layout.Spec{}, true)
