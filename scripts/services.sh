@@ -12,7 +12,9 @@
 # brought up. Safe to run any number of times.
 #
 # PostgreSQL is also checked for what the tests expect: the `postgres`
-# superuser connecting over TCP to 127.0.0.1:5432 without a password (trust).
+# superuser connecting over TCP to 127.0.0.1:5432 without a password (trust),
+# and wal_level=logical with room for replication slots (set, and the server
+# restarted once, when missing).
 set -euo pipefail
 
 readonly ALL_SERVICES=(postgres mariadb redis rabbitmq mosquitto nats)
@@ -211,6 +213,41 @@ check_pg_trust() {
 	return 1
 }
 
+# pg_setting NAME: the running server's value of a setting.
+pg_setting() {
+	PGCONNECT_TIMEOUT=5 psql -w -X -q -At -c "SHOW $1" \
+		'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' </dev/null
+}
+
+# ensure_pg_logical: capture from the write-ahead log (sources[].capture:
+# wal) needs wal_level=logical, and the tests create replication slots side
+# by side. Sets what is missing with ALTER SYSTEM and restarts PostgreSQL
+# once, which those settings need.
+ensure_pg_logical() {
+	local level slots senders
+	level="$(pg_setting wal_level)" || return 1
+	slots="$(pg_setting max_replication_slots)" || return 1
+	senders="$(pg_setting max_wal_senders)" || return 1
+	if [[ "$level" == logical ]] && ((slots >= 64 && senders >= 64)); then
+		return 0
+	fi
+	if ! is_root; then
+		err "postgres: FAILED: wal_level is $level (max_replication_slots $slots, max_wal_senders $senders); as root run:"
+		err "  psql -U postgres -h 127.0.0.1 -c \"ALTER SYSTEM SET wal_level = logical\" -c \"ALTER SYSTEM SET max_replication_slots = 64\" -c \"ALTER SYSTEM SET max_wal_senders = 64\""
+		err "  pg_ctlcluster --skip-systemctl-redirect $(pg_version) main restart"
+		return 1
+	fi
+	PGCONNECT_TIMEOUT=5 psql -w -X -q -At -c "ALTER SYSTEM SET wal_level = logical" \
+		-c "ALTER SYSTEM SET max_replication_slots = 64" -c "ALTER SYSTEM SET max_wal_senders = 64" \
+		'postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable' </dev/null >/dev/null || return 1
+	pg_ctlcluster --skip-systemctl-redirect "$(pg_version)" main restart </dev/null >/dev/null 2>&1 || true
+	if ! wait_until_up postgres; then
+		err "postgres: FAILED: not answering ${WAIT_SECONDS}s after a restart for wal_level=logical"
+		return 1
+	fi
+	log "postgres: wal_level set to logical (was $level), restarted once"
+}
+
 # ensure SERVICE: bring one service up, printing one status line.
 ensure() {
 	local svc="$1" ep started=0 start_log
@@ -262,6 +299,7 @@ ensure() {
 
 	if [[ "$svc" == postgres ]]; then
 		check_pg_trust || return 1
+		ensure_pg_logical || return 1
 	fi
 
 	if ((started)); then

@@ -11,7 +11,7 @@ import (
 
 // runLeased relays a shard of a source (the whole source, unless it is
 // split) only while this process holds the shard's lease (see
-// lease.Leases.Hold): the lease table is its database's, shared with the
+// lease.Balancer.Hold): the lease table is its database's, shared with the
 // other replicas through its balancer, the fence its store's, and each term
 // builds a new worker on its store, with the source's retention and queue
 // maintenance beside the worker of its first shard.
@@ -22,7 +22,7 @@ func (a *App) runLeased(ctx context.Context, s *Source, sh Shard, r *runningShar
 	if sh.Bucket.Split() {
 		log = log.With("shard", name)
 	}
-	o := lease.HoldOptions{Shard: name, TTL: ttl, Table: s.TableName(), Logger: log, Standby: r.standby}
+	o := lease.HoldOptions{Shard: name, Table: s.TableName(), Logger: log, Standby: r.standby}
 	if f, ok := sh.Store.(lease.Fenced); ok {
 		o.Fence = f.LeaseFence()
 	}
@@ -32,9 +32,8 @@ func (a *App) runLeased(ctx context.Context, s *Source, sh Shard, r *runningShar
 		n := max(s.Config.BatchSize, 1) * max(s.Config.Pipeline, 1) * 2
 		o.Settle = func(ctx context.Context) error { return st.Settle(ctx, n, ttl) }
 	}
-	o.Balancer = a.balancer(s.Config.Database)
 	first := sh.Bucket.Index == 0
-	a.leasesOf(s.Config.Database).Hold(ctx, o, func(ctx context.Context) {
+	a.balancer(s.Config.Database).Hold(ctx, o, func(ctx context.Context) {
 		r.holding()
 		w := build(sh)
 		r.set(w)

@@ -19,13 +19,10 @@ import (
 	"io"
 	"log/slog"
 	"math/rand/v2"
-	"net/url"
 	"slices"
 	"strings"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
@@ -49,6 +46,18 @@ type Options struct {
 	// Replicas is how many relay processes (in this process) share the
 	// drain's source, and Shards how many buckets it is split into.
 	Replicas, Shards int
+	// Databases, when set, is how many databases the run makes on the
+	// server (PostgreSQL) and the relay runs as one entry: drain fills
+	// each with its share of the rows, idle gives each an idle source.
+	Databases int
+	// MaxConns is the relay's max_conns for each database; default, for
+	// drain, keys and steady maxConns(), for idle the relay's own default.
+	MaxConns int
+	// LeaseTTL is the relay's lease_ttl (default its own); RelayBinary the
+	// outbox-relay executable the handover workload runs its replicas
+	// with (default this one).
+	LeaseTTL    time.Duration
+	RelayBinary string
 	// History is how many rows already delivered a drain's table holds
 	// before its backlog (older, before it in the claim's order), as a
 	// table that keeps its delivered rows has after months of use; each
@@ -147,16 +156,19 @@ type Result struct {
 	// TableRowsAfter and DeliveredAfter are the rows in the table after
 	// the relay phase, and of them those in the delivered state (with a
 	// history: the history's rows and the relayed backlog's).
-	TableRowsAfter *int    `json:"table_rows_after,omitempty"`
-	DeliveredAfter *int    `json:"delivered_rows_after,omitempty"`
-	Keys           int     `json:"keys"`
-	Replicas       int     `json:"replicas,omitempty"`
-	Shards         int     `json:"shards,omitempty"`
-	BatchSize      int     `json:"batch_size"`
-	Pipeline       int     `json:"pipeline"`
-	Ceiling        Measure `json:"ceiling"`
-	Relay          Measure `json:"relay"`
-	Ratio          float64 `json:"ratio"`
+	TableRowsAfter *int `json:"table_rows_after,omitempty"`
+	DeliveredAfter *int `json:"delivered_rows_after,omitempty"`
+	Keys           int  `json:"keys"`
+	Replicas       int  `json:"replicas,omitempty"`
+	Shards         int  `json:"shards,omitempty"`
+	// Databases is how many databases the rows were spread over
+	// (--databases; 0: the run's own database alone).
+	Databases int     `json:"databases,omitempty"`
+	BatchSize int     `json:"batch_size"`
+	Pipeline  int     `json:"pipeline"`
+	Ceiling   Measure `json:"ceiling"`
+	Relay     Measure `json:"relay"`
+	Ratio     float64 `json:"ratio"`
 	// NoAnalyze is the relay on a backlog never analyzed (--no-analyze);
 	// Relay is then the same drain on a fresh table analyzed after its
 	// prefill, and NoAnalyzeRatio the first rate over the second.
@@ -188,14 +200,19 @@ type Report struct {
 	Drain []Result     `json:"drain,omitempty"`
 	Rates []RateResult `json:"rates,omitempty"`
 	Idle  []IdleResult `json:"idle,omitempty"`
+	// Handover is what the handover workload measured.
+	Handover *HandoverResult `json:"handover,omitempty"`
 }
 
 // Run executes the benchmark.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	switch o.Workload {
-	case "drain", "steady", "sparse", "keys", "idle":
+	case "drain", "steady", "sparse", "keys", "idle", "handover":
 	default:
-		return nil, fmt.Errorf("unknown workload %q (have: drain, steady, sparse, keys, idle)", o.Workload)
+		return nil, fmt.Errorf("unknown workload %q (have: drain, steady, sparse, keys, idle, handover)", o.Workload)
+	}
+	if o.Workload == "handover" && o.Replicas < 2 {
+		return nil, fmt.Errorf("handover: --replicas %d: one replica stops, others must take its shards: give 2 or more", o.Replicas)
 	}
 	if o.Sink == "" {
 		o.Sink = "kafka"
@@ -215,6 +232,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if o.History < 0 {
 		return nil, fmt.Errorf("--history %d: must be 0 or more", o.History)
 	}
+	if err := checkDatabases(o); err != nil {
+		return nil, err
+	}
 	if o.Workload == "drain" {
 		if _, err := drainSpecs(o); err != nil {
 			return nil, err
@@ -230,21 +250,16 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	default:
 		return nil, fmt.Errorf("unknown driver %q (have: postgres, mysql)", o.Driver)
 	}
-	dsn, dropDB, err := ownDatabase(ctx, o.DSN)
+	own, dropOwn, err := ownDatabase(ctx, o.DSN)
 	if err != nil {
 		return nil, err
 	}
-	defer dropDB()
-	pc, err := pgxpool.ParseConfig(dsn)
+	defer dropOwn()
+	dbs, dropDBs, err := workDatabases(ctx, own, o)
 	if err != nil {
-		return nil, fmt.Errorf("dsn: %w", err)
+		return nil, err
 	}
-	pc.MaxConns = 40 // the load generator's producers
-	pool, err := pgxpool.NewWithConfig(ctx, pc)
-	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
-	}
-	defer pool.Close()
+	defer dropDBs()
 	k, stopKafka, err := newKafkaEnv(o)
 	if err != nil {
 		return nil, err
@@ -252,15 +267,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	defer stopKafka()
 	rep := &Report{}
 	if o.Workload == "idle" {
-		r, err := idleRun(ctx, pool, dsn, k, o, max(o.Sources, 1), o.Duration)
+		run := idleRun
+		n := max(o.Sources, 1)
+		if o.Databases > 0 {
+			run, n = idleDatabasesRun, o.Databases
+		}
+		r, err := run(ctx, own, k, o, n, o.Duration)
 		if err == nil {
 			rep.Idle = append(rep.Idle, r)
 		}
 		return rep, err
 	}
+	if o.Workload == "handover" {
+		rep.Handover, err = handoverRun(ctx, dbs, k, o)
+		return rep, err
+	}
 	if o.Workload == "keys" {
 		for _, keys := range []int{1, o.Keys} {
-			r, err := keysRun(ctx, pool, dsn, o, k, keys)
+			r, err := keysRun(ctx, own, o, k, keys)
 			if err != nil {
 				return rep, err
 			}
@@ -270,7 +294,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	if o.Workload != "drain" {
 		for _, layout := range o.Layouts {
-			rs, err := steady(ctx, pool, dsn, k, o, layout, o.Workload)
+			rs, err := steady(ctx, own, k, o, layout, o.Workload)
 			rep.Rates = append(rep.Rates, rs...)
 			if err != nil {
 				return rep, err
@@ -285,7 +309,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	for _, sp := range specs {
 		for _, ordering := range o.Orderings {
 			err := eachDelivery(&o, func(od Options) error {
-				r, err := drain(ctx, pool, dsn, od, k, sp, ordering)
+				r, err := drain(ctx, dbs, od, k, sp, ordering)
 				if err == nil {
 					rep.Drain = append(rep.Drain, r)
 				}
@@ -346,35 +370,6 @@ func newKafkaEnv(o Options) (k kafkaEnv, stop func(), err error) {
 		stop = k.br.stop
 	}
 	return k, stop, nil
-}
-
-// ownDatabase creates a database for the run, so that the database-wide
-// counters (transactions, idle queries) are the run's alone, and returns its
-// DSN. Without the privilege to create one, the run uses dsn's database.
-func ownDatabase(ctx context.Context, dsn string) (string, func(), error) {
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		return "", nil, fmt.Errorf("connect to %s: %w", dsn, err)
-	}
-	defer conn.Close(ctx)
-	name := fmt.Sprintf("outbox_bench_%06x", rand.N(1<<24))
-	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		return dsn, func() {}, nil
-	}
-	u, err := url.Parse(dsn)
-	if err != nil || u.Scheme == "" {
-		return dsn, func() {}, nil
-	}
-	u.Path = "/" + name
-	drop := func() {
-		c, err := pgx.Connect(context.WithoutCancel(ctx), dsn)
-		if err != nil {
-			return
-		}
-		defer c.Close(context.WithoutCancel(ctx))
-		_, _ = c.Exec(context.WithoutCancel(ctx), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
-	}
-	return u.String(), drop, nil
 }
 
 func newSchema() string { return fmt.Sprintf("outbox_bench_%06x", rand.N(1<<24)) }

@@ -6,7 +6,6 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
@@ -16,25 +15,26 @@ import (
 )
 
 // drain measures one table on PostgreSQL: the ceiling and the relay on a
-// prefilled backlog (drainPasses).
-func drain(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, sp *spec, ordering bool) (Result, error) {
+// prefilled backlog (drainPasses), in each of dbs.
+func drain(ctx context.Context, dbs pgDBs, o Options, k kafkaEnv, sp *spec, ordering bool) (Result, error) {
 	res, o := newDrainResult(o, "postgres", sp, sp.pg, ordering)
 	return drainPasses(ctx, o, res, k, func(o Options, analyze, withCeiling bool) (pass, error) {
-		return pgPass(ctx, pool, dsn, o, k, sp, ordering, analyze, withCeiling)
+		return pgPass(ctx, dbs, o, k, sp, ordering, analyze, withCeiling)
 	})
 }
 
-// pgPass makes a fresh table of sp's shape and its relay, prefills it and
-// drains it: with a ceiling, the ceiling loop first and the relay on a
-// second prefill. Analyze runs VACUUM ANALYZE after each prefill; with
-// o.NoAnalyze autovacuum is off for the table either way.
-func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, sp *spec, ordering, analyze, withCeiling bool) (pass, error) {
+// pgPass makes a fresh table of sp's shape in each of dbs and its relay,
+// prefills them (each database its share of the rows) and drains them:
+// with a ceiling, the ceiling loop first (on every database at once) and
+// the relay on a second prefill. Analyze runs VACUUM ANALYZE after each
+// prefill; with o.NoAnalyze autovacuum is off for the table either way.
+func pgPass(ctx context.Context, dbs pgDBs, o Options, k kafkaEnv, sp *spec, ordering, analyze, withCeiling bool) (pass, error) {
 	var p pass
-	t := newTable(sp.name, sp.pg, dsn)
-	if err := t.create(ctx, pool); err != nil {
+	t := newTable(sp.name, sp.pg, "")
+	defer dbs.dropSchema(ctx, t.schema)
+	if err := dbs.each(func(_ int, db pgDB) error { return t.in(db.dsn).create(ctx, db.pool) }); err != nil {
 		return p, err
 	}
-	defer t.drop(context.WithoutCancel(ctx), pool)
 	tg, err := newTarget(ctx, o, k)
 	if err != nil {
 		return p, err
@@ -42,19 +42,21 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 	defer tg.close()
 	p.sink, p.note = tg.kind, tg.note
 	progress(o, "sink %s: %s", tg.kind, tg.note)
-	a, stmts, cleanup, err := openRelay(ctx, pool, dsn, tg, o, t, ordering)
+	a, stmts, cleanup, err := openRelay(ctx, dbs, tg, o, t, ordering)
 	if err != nil {
 		return p, err
 	}
 	defer cleanup()
 	if o.NoAnalyze {
-		if err := t.autovacuumOff(ctx, pool); err != nil {
+		if err := dbs.each(func(_ int, db pgDB) error { return t.autovacuumOff(ctx, db.pool) }); err != nil {
 			return p, err
 		}
 	}
 	fill := func() error {
-		progress(o, "%s ordering=%v: prefilling %d rows after %d delivered (analyze: %v)", t.layout, ordering, o.Rows, o.History, analyze)
-		return t.fill(ctx, pool, tg.topic, o.History, o.Rows, o.Keys, o.PayloadBytes, analyze)
+		progress(o, "%s ordering=%v: prefilling %d rows after %d delivered%s (analyze: %v)", t.layout, ordering, o.Rows, o.History, inDatabases(len(dbs), o), analyze)
+		return dbs.each(func(i int, db pgDB) error {
+			return t.fill(ctx, db.pool, tg.topic, share(o.History, i, len(dbs)), share(o.Rows, i, len(dbs)), o.Keys, o.PayloadBytes, analyze)
+		})
 	}
 	if err := fill(); err != nil {
 		return p, err
@@ -64,19 +66,19 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 		if err != nil {
 			return p, err
 		}
-		p.ceiling, err = measure(ctx, pool, t, nil, stmts, func() (int, error) { return ceiling(ctx, srcs[0].Store, o) })
+		p.ceiling, err = measure(ctx, dbs, t, nil, stmts, func() (int, error) { return ceilingAll(ctx, stores(srcs), o) })
 		if err != nil {
 			return p, fmt.Errorf("ceiling: %w", err)
 		}
 		progress(o, "%s ordering=%v: ceiling %.0f events/s%s", t.layout, ordering, p.ceiling.EventsPerSec, cutNote(p.ceiling))
-		if err := t.reset(ctx, pool); err != nil {
+		if err := dbs.each(func(_ int, db pgDB) error { return t.reset(ctx, db.pool) }); err != nil {
 			return p, err
 		}
 		if err := fill(); err != nil {
 			return p, err
 		}
 	}
-	planned := t.plannerRows(ctx, pool)
+	planned := t.plannerRows(ctx, dbs[0].pool)
 	if o.RelayProfile != nil {
 		if err := pprof.StartCPUProfile(o.RelayProfile); err != nil {
 			return p, err
@@ -91,7 +93,7 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 		defer more.Close()
 		apps = append(apps, more)
 	}
-	p.relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relayAll(ctx, apps, o) })
+	p.relay, err = measure(ctx, dbs, t, tg.cpu, stmts, func() (int, error) { return relayAll(ctx, apps, o) })
 	if o.RelayProfile != nil {
 		pprof.StopCPUProfile()
 	}
@@ -107,7 +109,12 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 		p.stored = &n
 	}
 	if o.History > 0 {
-		rows, done, err := t.counts(ctx, pool)
+		var rows, done int
+		err := dbs.each(func(_ int, db pgDB) error {
+			r, d, err := t.counts(ctx, db.pool)
+			rows, done = rows+r, done+d
+			return err
+		})
 		if err != nil {
 			return p, err
 		}
@@ -116,22 +123,21 @@ func pgPass(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k ka
 	return p, nil
 }
 
-// openRelay builds (and migrates) a relay process for the benchmark table.
-func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, tg *target, o Options, t table, ordering bool) (*app.App, *stmtCounter, func(), error) {
-	cfg := &config.Config{
-		RelaySchema: t.schema + "_relay",
-		Admin:       config.Admin{Listen: "off"},
-		Log:         config.Log{Level: "warn"},
-		Databases:   map[string]config.Database{"bench": {DSN: dsn, MaxConns: o.maxConns()}},
-		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
-		Sources:     []config.Source{t.source(tg.topic, o.BatchSize, o.Pipeline, ordering)},
+// inDatabases says, in a progress line, over how many databases a drain
+// runs (--databases).
+func inDatabases(n int, o Options) string {
+	if o.Databases == 0 {
+		return ""
 	}
-	if len(o.Deliveries) > 0 {
-		cfg.Sources[0].Delivery = o.Deliveries[0]
-	}
-	cfg.Sources[0].Shards = max(o.Shards, 1)
-	cfg.ApplyDefaults()
-	if err := cfg.Validate(); err != nil {
+	return fmt.Sprintf(" over %d databases", n)
+}
+
+// openRelay builds (and migrates) a relay process for the benchmark table
+// in dbs: a database of the configuration, or with o.Databases an entry
+// that lists them all.
+func openRelay(ctx context.Context, dbs pgDBs, tg *target, o Options, t table, ordering bool) (*app.App, *stmtCounter, func(), error) {
+	cfg, err := relayConfig(dbs, tg, o, t, ordering)
+	if err != nil {
 		return nil, nil, nil, err
 	}
 	stmts := &stmtCounter{}
@@ -142,13 +148,75 @@ func openRelay(ctx context.Context, pool *pgxpool.Pool, dsn string, tg *target, 
 	quietRegistry(a)
 	cleanup := func() {
 		a.Close()
-		_, _ = pool.Exec(context.WithoutCancel(ctx), "DROP SCHEMA IF EXISTS "+cfg.RelaySchema+" CASCADE")
+		dbs.dropSchema(ctx, cfg.RelaySchema)
 	}
 	if err := a.Migrate(ctx); err != nil {
 		cleanup()
 		return nil, nil, nil, err
 	}
+	if err := migrateMembers(ctx, cfg); err != nil {
+		cleanup()
+		return nil, nil, nil, err
+	}
 	return a, stmts, cleanup, nil
+}
+
+// relayConfig is the configuration of a relay process for the benchmark
+// table t in dbs, with o's settings, its defaults applied.
+func relayConfig(dbs pgDBs, tg *target, o Options, t table, ordering bool) (*config.Config, error) {
+	cfg := &config.Config{
+		RelaySchema: t.schema + "_relay",
+		Admin:       config.Admin{Listen: "off"},
+		Log:         config.Log{Level: "warn"},
+		LeaseTTL:    config.Duration(o.LeaseTTL),
+		Databases:   map[string]config.Database{"bench": benchDatabase(dbs, o)},
+		Sinks:       map[string]config.Sink{tg.kind: tg.sink},
+		Sources:     []config.Source{t.source(tg.topic, o.BatchSize, o.Pipeline, ordering)},
+	}
+	if len(o.Deliveries) > 0 {
+		cfg.Sources[0].Delivery = o.Deliveries[0]
+	}
+	cfg.Sources[0].Shards = max(o.Shards, 1)
+	cfg.ApplyDefaults()
+	return cfg, cfg.Validate()
+}
+
+// benchDatabase is the relay's database entry for dbs: the one database, or
+// (o.Databases) an entry listing them all, each with the connections its
+// source's buckets and batches in flight need.
+func benchDatabase(dbs pgDBs, o Options) config.Database {
+	if o.Databases == 0 {
+		return config.Database{DSN: dbs[0].dsn, MaxConns: o.maxConns()}
+	}
+	return config.Database{DSNs: dbs.dsns(), MaxConns: o.maxConns()}
+}
+
+// migrateMembers applies the relay's migrations (and those of the tables it
+// manages) in each database of cfg's entries of several databases now:
+// App.Migrate leaves them to Run, and the ceiling loop runs before it.
+func migrateMembers(ctx context.Context, cfg *config.Config) error {
+	targets, err := app.Databases(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	for _, tg := range targets {
+		if !tg.Member() {
+			continue
+		}
+		m, err := app.NewMigratorFor(cfg, tg.Name, tg.Database)
+		if err != nil {
+			return err
+		}
+		_, err = app.Up(ctx, m)
+		_ = m.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", tg.Name, err)
+		}
+		if err := app.MigrateTablesOn(ctx, cfg, tg.Name, tg.Database); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // openReplica opens another relay process on cfg (migrated already): a
@@ -162,10 +230,11 @@ func openReplica(ctx context.Context, cfg *config.Config, o Options, stmts *stmt
 	return a, nil
 }
 
-// measure runs fn and reads the machine's counters around it.
+// measure runs fn and reads the machine's counters around it (those of
+// every database of dbs).
 // serverCPU, when not nil, is the broker's CPU time so far.
-func measure(ctx context.Context, pool *pgxpool.Pool, t table, serverCPU func() time.Duration, stmts *stmtCounter, fn func() (int, error)) (Measure, error) {
-	before, err := readCounters(ctx, pool)
+func measure(ctx context.Context, dbs pgDBs, t table, serverCPU func() time.Duration, stmts *stmtCounter, fn func() (int, error)) (Measure, error) {
+	before, err := dbs.counters(ctx)
 	if err != nil {
 		return Measure{}, err
 	}
@@ -183,7 +252,7 @@ func measure(ctx context.Context, pool *pgxpool.Pool, t table, serverCPU func() 
 	}
 	cpu, pg, brc := selfCPU()-cpu0, postgresCPU()-pg0, brokerCPU()-br0
 	nstmts := stmts.load() - stmts0
-	after, err := readCounters(ctx, pool)
+	after, err := dbs.counters(ctx)
 	if err != nil {
 		return Measure{}, err
 	}
@@ -193,10 +262,10 @@ func measure(ctx context.Context, pool *pgxpool.Pool, t table, serverCPU func() 
 		CPUMsPer1k:       float64(cpu.Milliseconds()) / ev * 1000,
 		PostgresCPUMs1k:  float64(pg.Milliseconds()) / ev * 1000,
 		BrokerCPUMs1k:    float64(brc.Milliseconds()) / ev * 1000,
-		WALBytesPerEvent: float64(walBytes(ctx, pool, before, after)) / ev,
+		WALBytesPerEvent: float64(walBytes(ctx, dbs[0].pool, before, after)) / ev,
 		XactsPerEvent:    float64(after.xacts-before.xacts) / ev,
 		StmtsPerEvent:    float64(nstmts) / ev,
-		DeadTuplesAfter:  deadTuples(ctx, pool, t.schema),
+		DeadTuplesAfter:  dbs.deadTuples(ctx, t.schema),
 	}, nil
 }
 

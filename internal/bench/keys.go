@@ -6,29 +6,28 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // keysRun drains a backlog with ordering on, all rows on one hot key or
 // spread over many, and checks with a consumer that every key's events
 // arrived in the order they were written.
-func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k kafkaEnv, keys int) (Result, error) {
-	t := newTable("delete", deleteLayoutPG, dsn)
+func keysRun(ctx context.Context, db pgDB, o Options, k kafkaEnv, keys int) (Result, error) {
+	t := newTable("delete", deleteLayoutPG, db.dsn)
 	res := Result{Workload: "keys", Driver: "postgres", Layout: t.layout, Ordering: true, Rows: o.Rows, Keys: keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline}
-	if err := t.create(ctx, pool); err != nil {
+	if err := t.create(ctx, db.pool); err != nil {
 		return res, err
 	}
-	defer t.drop(context.WithoutCancel(ctx), pool)
+	defer t.drop(context.WithoutCancel(ctx), db.pool)
 	tg := kafkaTarget(k)
 	res.Sink, res.SinkNote = tg.kind, tg.note
-	a, stmts, cleanup, err := openRelay(ctx, pool, dsn, tg, o, t, true)
+	a, stmts, cleanup, err := openRelay(ctx, pgDBs{db}, tg, o, t, true)
 	if err != nil {
 		return res, err
 	}
 	defer cleanup()
 	progress(o, "keys=%d: prefilling %d rows", keys, o.Rows)
-	if err := t.fill(ctx, pool, tg.topic, 0, o.Rows, keys, o.PayloadBytes, true); err != nil {
+	if err := t.fill(ctx, db.pool, tg.topic, 0, o.Rows, keys, o.PayloadBytes, true); err != nil {
 		return res, err
 	}
 	oc, err := newOrderChecker(ctx, k.brokers)
@@ -36,7 +35,7 @@ func keysRun(ctx context.Context, pool *pgxpool.Pool, dsn string, o Options, k k
 		return res, err
 	}
 	defer oc.stop()
-	res.Relay, err = measure(ctx, pool, t, tg.cpu, stmts, func() (int, error) { return relay(ctx, a, o) })
+	res.Relay, err = measure(ctx, pgDBs{db}, t, tg.cpu, stmts, func() (int, error) { return relay(ctx, a, o) })
 	if err != nil {
 		return res, err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/outbox-relay/outbox-relay/internal/app"
@@ -25,8 +26,12 @@ func (o Options) maxTime() time.Duration {
 
 // maxConns is the relay's connection pool: a claim transaction for each
 // batch in flight of each bucket of the source (docs/shards.md: shards ×
-// pipeline), and a few for leases, stats and acknowledgements.
+// pipeline), and a few for leases, stats and acknowledgements; or
+// o.MaxConns.
 func (o Options) maxConns() int {
+	if o.MaxConns > 0 {
+		return o.MaxConns
+	}
 	return max(o.Shards, 1)*o.Pipeline + 4
 }
 
@@ -60,7 +65,7 @@ type passFunc func(o Options, analyze, withCeiling bool) (pass, error)
 func newDrainResult(o Options, driver string, sp *spec, sh *shape, ordering bool) (Result, Options) {
 	res := Result{Workload: "drain", Driver: driver, Layout: sp.name, Ordering: ordering,
 		Delivery: firstOr(o.Deliveries, config.DeliveryAtLeastOnce), Rows: o.Rows, Keys: o.Keys, BatchSize: o.BatchSize, Pipeline: o.Pipeline,
-		Replicas: max(o.Replicas, 1), Shards: max(o.Shards, 1)}
+		Replicas: max(o.Replicas, 1), Shards: max(o.Shards, 1), Databases: o.Databases}
 	if sp.preset {
 		res.Layout, res.Preset = "", sp.name
 	}
@@ -77,8 +82,12 @@ func (r Result) label() string {
 	if r.Preset != "" {
 		l = "preset " + r.Preset
 	}
-	if r.Replicas > 1 || r.Shards > 1 {
-		l += fmt.Sprintf(" (%d replicas, %d shards)", max(r.Replicas, 1), max(r.Shards, 1))
+	if r.Replicas > 1 || r.Shards > 1 || r.Databases > 0 {
+		l += fmt.Sprintf(" (%d replicas, %d shards", max(r.Replicas, 1), max(r.Shards, 1))
+		if r.Databases > 0 {
+			l += fmt.Sprintf(", %d databases", r.Databases)
+		}
+		l += ")"
 	}
 	return l
 }
@@ -178,6 +187,47 @@ func ceiling(ctx context.Context, st source.Store, o Options) (int, error) {
 			last = time.Now()
 		}
 	}
+}
+
+// ceilingAll is the ceiling over several databases (--databases): the
+// ceiling loop on each one's store, all at once, the drained rows summed.
+// It is cut short when any loop is, at the time the last one stopped.
+func ceilingAll(ctx context.Context, stores []source.Store, o Options) (int, error) {
+	if len(stores) == 1 {
+		return ceiling(ctx, stores[0], o)
+	}
+	each := o
+	each.Progress = nil // one loop's progress is not the run's
+	ns, errs := make([]int, len(stores)), make([]error, len(stores))
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, st := range stores {
+		wg.Go(func() { ns[i], errs[i] = ceiling(ctx, st, each) })
+	}
+	wg.Wait()
+	n, cut := 0, false
+	for i, err := range errs {
+		n += ns[i]
+		if errors.As(err, new(cutShort)) {
+			cut = true
+		} else if err != nil {
+			return n, err
+		}
+	}
+	if cut {
+		progress(o, "  ceiling: cut short at %d/%d after %s", n, o.Rows, o.maxTime())
+		return n, cutShort{time.Since(start)}
+	}
+	return n, nil
+}
+
+// stores are the stores of srcs, one a database of an entry of several.
+func stores(srcs []*app.Source) []source.Store {
+	out := make([]source.Store, len(srcs))
+	for i, s := range srcs {
+		out[i] = s.Store
+	}
+	return out
 }
 
 // relayStopTimeout bounds the wait for a relay to stop once its drain is

@@ -28,6 +28,9 @@ func Print(w io.Writer, rep *Report) {
 	if len(rep.Idle) > 0 {
 		printIdle(w, rep.Idle)
 	}
+	if rep.Handover != nil {
+		printHandover(w, rep.Handover)
+	}
 }
 
 func printRates(w io.Writer, rs []RateResult) {

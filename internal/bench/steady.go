@@ -108,17 +108,18 @@ func atRate(ctx context.Context, pool *pgxpool.Pool, brokers []string, t table, 
 }
 
 // steady runs the relay and, for each rate and transaction size, atRate.
-func steady(ctx context.Context, pool *pgxpool.Pool, dsn string, k kafkaEnv, o Options, layout, workload string) ([]RateResult, error) {
+func steady(ctx context.Context, db pgDB, k kafkaEnv, o Options, layout, workload string) ([]RateResult, error) {
+	pool := db.pool
 	sp, ok := layoutSpecs[layout]
 	if !ok {
 		return nil, fmt.Errorf("unknown layout %q (have: delete, mark)", layout)
 	}
-	t := newTable(layout, sp.pg, dsn)
+	t := newTable(layout, sp.pg, db.dsn)
 	if err := t.create(ctx, pool); err != nil {
 		return nil, err
 	}
 	defer t.drop(context.WithoutCancel(ctx), pool)
-	a, _, cleanup, err := openRelay(ctx, pool, dsn, kafkaTarget(k), o, t, true)
+	a, _, cleanup, err := openRelay(ctx, pgDBs{db}, kafkaTarget(k), o, t, true)
 	if err != nil {
 		return nil, err
 	}

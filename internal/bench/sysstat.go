@@ -80,10 +80,14 @@ type dbCounters struct {
 	xacts  int64
 }
 
-func readCounters(ctx context.Context, pool *pgxpool.Pool) (dbCounters, error) {
+// readCounters reads the server's WAL position and the transactions of the
+// databases named (pool's own when none is), summed.
+func readCounters(ctx context.Context, pool *pgxpool.Pool, databases ...string) (dbCounters, error) {
 	var c dbCounters
 	err := pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text,
-  (SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = current_database())`).Scan(&c.walLSN, &c.xacts)
+  (SELECT COALESCE(sum(xact_commit + xact_rollback), 0)::bigint FROM pg_stat_database
+   WHERE CASE WHEN COALESCE(cardinality($1::text[]), 0) = 0 THEN datname = current_database() ELSE datname = ANY($1) END)`,
+		databases).Scan(&c.walLSN, &c.xacts)
 	return c, err
 }
 

@@ -25,6 +25,10 @@ func newTable(name string, sh *shape, dsn string) table {
 	return table{schema: newSchema(), layout: name, sh: sh, dsn: dsn}
 }
 
+// in is t in the database dsn connects to: --databases makes the same
+// schema and table in each.
+func (t table) in(dsn string) table { t.dsn = dsn; return t }
+
 func (t table) name() string { return t.schema + "." + t.sh.table }
 
 // names are the table and the shape's other tables, qualified.

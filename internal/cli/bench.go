@@ -18,7 +18,7 @@ func newBench(g *globals) *cobra.Command {
 	o := bench.Options{}
 	var layout, ordering, delivery, jsonPath, cpuProfile string
 	cmd := &cobra.Command{
-		Use:   "bench [drain|steady|sparse|keys]",
+		Use:   "bench [drain|steady|sparse|keys|idle|handover]",
 		Short: "Measure the relay against the database's own ceiling, in the same run",
 		Long: `bench creates its own schema in the PostgreSQL at --dsn (default $DATABASE_URL,
 else the local server), prefills it with COPY, measures the ceiling (the
@@ -40,7 +40,18 @@ Workloads (the argument; default drain):
           every key's events arrived in order.
   idle    --sources idle outbox tables (a schema each, one discovery rule),
           all held by the relay: its statements a second, in all, per
-          source and by kind, over --duration (default here 30s).
+          source and by kind, over --duration (default here 30s). With
+          --databases N, N databases instead, an idle source each, found
+          by one entry's discovery pattern: statements and transactions a
+          second in all and per database, and the connections each keeps.
+  handover --replicas R (2 or more) relay processes (this executable's run
+          command, one configuration file) on an idle table split into
+          --shards buckets (in each of --databases): once the buckets are
+          spread evenly, the replica holding the most is stopped with
+          SIGTERM, and later (replaced, spread again) one is killed with
+          SIGKILL; for each, the time from the signal until every bucket
+          it held is held by another replica (the leases table's
+          acquired_at, on the server's clock), --repeat times.
 
 With --sink, the drain workload's relay publishes to another sink type on
 its local server (or --sink-url): nats (a JetStream stream made for the run),
@@ -93,7 +104,17 @@ usual. The report adds the first rate, its ratio to the second
 (not/analyzed) and the row counts the statistics held as each relay
 started. A claim whose plan depends on statistics can be very slow:
 every ceiling loop and relay drain stops after --max-time, and a drain
-cut short reports the rows drained over the time taken, marked *.`,
+cut short reports the rows drained over the time taken, marked *.
+
+With --databases N, drain makes N databases on the PostgreSQL server
+(named after the run's own, dropped afterwards), the table in each with
+its share of the rows, and runs the relay with one entry listing them
+all (databases.bench.dsns, as a database per tenant is run). The ceiling
+is the same loop on every database at once, its rows summed; with
+--replicas the replicas share every database's leases. A run that could
+open more connections than the server has free (max_conns, --max-conns,
+and a listening connection per database and replica) is refused before
+it starts, so that it does not take the server's last connections.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Workload = "drain"
@@ -159,8 +180,11 @@ cut short reports the rows drained over the time taken, marked *.`,
 	f.IntVar(&o.History, "history", 0, "drain: rows already delivered in the table before the backlog (tables that keep delivered rows; not delete)")
 	f.IntVar(&o.Keys, "keys", 10_000, "distinct keys")
 	f.IntVar(&o.Sources, "sources", 1000, "idle: how many idle sources (a schema and an outbox table each)")
-	f.IntVar(&o.Replicas, "replicas", 1, "drain (PostgreSQL): relay processes sharing the source, in this process")
-	f.IntVar(&o.Shards, "shards", 1, "drain: buckets the source is split into (sources[].shards), on PostgreSQL and MySQL")
+	f.IntVar(&o.Replicas, "replicas", 1, "drain (PostgreSQL): relay processes sharing the source, in this process; handover: relay processes, each a process of its own")
+	f.IntVar(&o.Shards, "shards", 1, "drain and handover: buckets the source is split into (sources[].shards); drain on PostgreSQL and MySQL")
+	f.DurationVar(&o.LeaseTTL, "lease-ttl", 0, "handover: the relay's lease_ttl (default its own, 15s)")
+	f.IntVar(&o.Databases, "databases", 0, "drain and idle (PostgreSQL): databases made on the server, relayed as one entry (drain: listing them, each with its share of the rows; idle: discovering them, a source each)")
+	f.IntVar(&o.MaxConns, "max-conns", 0, "the relay's max_conns for each database (default: drain shards × pipeline + 4; idle the relay's default)")
 	f.IntVar(&o.PayloadBytes, "payload-bytes", 200, "payload size")
 	f.IntVar(&o.BatchSize, "batch-size", 1000, "claim batch size")
 	f.IntVar(&o.Pipeline, "pipeline", 2, "batches in flight")
@@ -171,7 +195,7 @@ cut short reports the rows drained over the time taken, marked *.`,
 	f.BoolVar(&o.NoAnalyze, "no-analyze", false, "drain: each table first never analyzed (autovacuum off), then a fresh one analyzed; report both and their ratio")
 	f.DurationVar(&o.MaxTime, "max-time", bench.DefaultMaxTime, "drain: cut each ceiling loop and relay drain short after this long, reporting the rate of what was drained")
 	f.StringVar(&ordering, "ordering", "both", "on, off or both")
-	f.IntVar(&o.Repeat, "repeat", 1, "drain: run each measurement this many times, interleaved")
+	f.IntVar(&o.Repeat, "repeat", 1, "drain: run each measurement this many times, interleaved; handover: stop a replica with each signal this many times")
 	f.StringVar(&delivery, "delivery", "at_least_once", "drain to Kafka: at_least_once, exactly_once or both (Kafka transactions)")
 	f.StringVar(&jsonPath, "json", "", "also write the results as JSON to this file")
 	f.IntSliceVar(&o.Rates, "rates", []int{1000, 2500, 5000, 10000, 20000, 40000}, "steady: rates to try, in events/s, until one is not sustainable")

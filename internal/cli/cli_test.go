@@ -458,7 +458,7 @@ func TestHelpSaysWhatCommandsTake(t *testing.T) {
 		}
 	}
 	bench := cliOK(t, "bench", "--help")
-	for _, w := range []string{"drain ", "steady ", "sparse ", "keys "} {
+	for _, w := range []string{"drain ", "steady ", "sparse ", "keys ", "idle ", "handover "} {
 		if !strings.Contains(bench, "\n  "+w) {
 			t.Errorf("bench --help does not explain %q:\n%s", w, bench)
 		}

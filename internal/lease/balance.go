@@ -55,12 +55,13 @@ func handOvers(counts map[string]int, me string, shards int) []string {
 }
 
 // Balancer shares one database's shards among the relay processes that
-// run them: it registers this process as a live replica with a heartbeat,
-// takes a census of the live replicas and of the shards each holds, and
-// from it says whether this process may take a free shard (while it holds
-// fewer than its share) and which of its shards to hand over to whom (see
-// handOvers). Hold asks it before every acquisition and tells it what it
-// holds. One Balancer serves every shard of a Leases.
+// run them, and holds this process's leases there: it registers the
+// process as a live replica with a heartbeat, takes a census of the live
+// replicas and of the shards each holds, and from it says whether this
+// process may take a free shard (while it holds fewer than its share) and
+// which of its shards to hand over to whom (see handOvers); it renews every
+// lease the process holds, in one statement. Hold keeps one shard under
+// it. One Balancer serves every shard of a Leases, a process alone too.
 type Balancer struct {
 	leases *Leases
 	ttl    time.Duration
@@ -76,8 +77,8 @@ type Balancer struct {
 }
 
 // NewBalancer returns the balancer of l's shards; leases last ttl, the
-// heartbeat and census run every third of it. Run must be running for
-// Hold to acquire anything through it.
+// renewals, heartbeat and census run every third of it. Run must be
+// running for Hold to acquire anything.
 func NewBalancer(l *Leases, ttl time.Duration, log *slog.Logger) *Balancer {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -104,6 +105,8 @@ func (b *Balancer) Run(ctx context.Context) {
 		go b.listen(ctx, bell)
 	}
 	last := time.Time{}
+	recount := time.NewTimer(0)
+	defer recount.Stop()
 	for {
 		// A nudge takes a census; the leases are renewed on the ticker's
 		// pace (and before, when it is due).
@@ -114,8 +117,16 @@ func (b *Balancer) Run(ctx context.Context) {
 				last = time.Now()
 			}
 		}
-		if err := b.census(ctx); err != nil && ctx.Err() == nil {
+		next, err := b.census(ctx)
+		if err != nil && ctx.Err() == nil {
 			b.log.Warn("replica census", "err", err)
+		}
+		// A replica counted only until its grace runs out (its sessions
+		// are gone: killed, or a blip) is counted out as soon as it does,
+		// not at the next tick.
+		recount.Stop()
+		if next > 0 {
+			recount.Reset(next + b.ttl/100)
 		}
 		select {
 		case <-ctx.Done():
@@ -128,19 +139,21 @@ func (b *Balancer) Run(ctx context.Context) {
 			return
 		case <-t.C:
 		case <-b.nudge:
+		case <-recount.C:
 		}
 	}
 }
 
 // census registers this process, counts the live replicas' shards and
-// hands over this process's surplus.
-func (b *Balancer) census(ctx context.Context) error {
+// hands over this process's surplus. It returns how long until a replica
+// it counts drops out unless it beats again (0: none).
+func (b *Balancer) census(ctx context.Context) (time.Duration, error) {
 	b.mu.Lock()
 	shards := slices.Sorted(maps.Keys(b.shards))
 	b.mu.Unlock()
-	counts, err := b.leases.Census(ctx, b.ttl, shards)
+	counts, next, err := b.leases.census(ctx, b.ttl, shards)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -157,7 +170,7 @@ func (b *Balancer) census(ctx context.Context) error {
 	b.changed = make(chan struct{})
 	b.counts = counts
 	if len(b.giving) > 0 {
-		return nil // the last hand-over is not over: the census does not show it yet
+		return next, nil // the last hand-over is not over: the census does not show it yet
 	}
 	to := handOvers(counts, me, len(b.shards))
 	// The shards handed over are the last by name: which ones does not
@@ -172,7 +185,7 @@ func (b *Balancer) census(ctx context.Context) error {
 		b.log.Info("handing shards over to balance the replicas", "shards", len(to), "replicas", len(counts),
 			"share", Share(len(b.shards), len(counts)))
 	}
-	return nil
+	return next, nil
 }
 
 // Changed returns a channel closed at the next census.
@@ -304,7 +317,11 @@ func (b *Balancer) successor() string {
 }
 
 // reserve is how long a handed-over shard waits for its successor alone.
-func (b *Balancer) reserve() time.Duration { return cmp.Or(b.ttl/2, time.Second) }
+func (b *Balancer) reserve() time.Duration { return reserveFor(b.ttl) }
+
+// reserveFor is how long a shard handed over waits for its successor alone
+// when leases last ttl: half of it.
+func reserveFor(ttl time.Duration) time.Duration { return cmp.Or(ttl/2, time.Second) }
 
 // listen turns the rings of this process's bell into censuses, where the
 // store has a bell (see Bell); it returns when ctx ends.

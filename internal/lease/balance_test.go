@@ -1,6 +1,7 @@
 package lease
 
 import (
+	"context"
 	"fmt"
 	"maps"
 	"slices"
@@ -128,5 +129,70 @@ func TestMayAcquire(t *testing.T) {
 				t.Fatalf("mayAcquire(%+v) holding %d = %v, want %v", tc.row, tc.held, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestLive: the rule of a replica's liveness in a census. A replica whose
+// sessions are gone for a moment (its connection blipped) while its
+// heartbeat is fresh is live; one without a session whose last heartbeat
+// is older than the trust window (half the TTL) is gone (killed); one with a
+// session whose heartbeat has expired is gone too (frozen or cut off: its
+// sessions may linger on the server).
+func TestLive(t *testing.T) {
+	const ttl = 15 * time.Second
+	for _, tc := range []struct {
+		name    string
+		left    time.Duration
+		session bool
+		want    bool
+	}{
+		{"connected, heartbeat fresh", 12 * time.Second, true, true},
+		{"connected, heartbeat old but unexpired", time.Second, true, true},
+		{"connected, heartbeat expired", -time.Second, true, false},
+		{"not connected, heartbeat 2s old: a blip", 13 * time.Second, false, true},
+		{"not connected, heartbeat just within the trust window", 7501 * time.Millisecond, false, true},
+		{"not connected, heartbeat older than the trust window", 7 * time.Second, false, false},
+		{"not connected, heartbeat expired", -time.Second, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Live(Replica{Owner: "r", Left: tc.left, Session: tc.session}, ttl); got != tc.want {
+				t.Fatalf("Live(left %v, session %v) = %v, want %v", tc.left, tc.session, got, tc.want)
+			}
+		})
+	}
+}
+
+// census is a Store whose census reads the given replicas.
+type census struct {
+	Store
+	replicas []Replica
+}
+
+func (c census) Census(context.Context, *CensusParams) ([]Replica, error) { return c.replicas, nil }
+
+// TestCensusCountsTheLive: a census counts the live replicas, with their
+// holds, and always the census's own owner, and says when the first of
+// those counted would drop out.
+func TestCensusCountsTheLive(t *testing.T) {
+	const ttl = 15 * time.Second
+	l := New(census{replicas: []Replica{
+		{Owner: "me", Left: -time.Second, Holds: 2}, // however the store sees it
+		{Owner: "blipped", Left: 14 * time.Second, Holds: 3},
+		{Owner: "killed", Left: 5 * time.Second, Holds: 1},
+		{Owner: "frozen", Left: -time.Second, Session: true, Holds: 4},
+		{Owner: "up", Left: 10 * time.Second, Session: true},
+	}}, "me")
+	got, next, err := l.census(context.Background(), ttl, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int{"me": 2, "blipped": 3, "up": 0}; !maps.Equal(got, want) {
+		t.Fatalf("census %v, want %v", got, want)
+	}
+	// The blipped replica drops out once its last heartbeat is half a TTL
+	// old, unless it beats again or reconnects: the balancer counts again
+	// then.
+	if want := 14*time.Second - ttl/2; next != want {
+		t.Fatalf("next count in %v, want %v", next, want)
 	}
 }

@@ -32,9 +32,10 @@
 //     without renewal: the longest a dead holder's shard waits for another
 //     replica when its death cannot be seen (a partition, a frozen
 //     process).
-//   - The renewal interval is a third of the TTL: the holder renews at that
-//     pace from the moment it has the lease, and standby replicas try to
-//     acquire at the same pace.
+//   - The renewal interval is a third of the TTL: the balancer renews
+//     every lease its process holds in the database at that pace, in one
+//     statement (RenewAll), and standby shards try to acquire at every
+//     census, which comes at the same pace or sooner.
 //   - The trust window is half the TTL, shorter than the TTL: a holder whose
 //     renewals have all failed for that long stops claiming, before its
 //     lease can have expired and been taken over. A renewal that finds the
@@ -79,20 +80,30 @@
 // window, Hold cancels the work: the worker stops claiming and finishes its
 // batches in flight, whose completions fail with ErrLeaseLost (their rows
 // go back to the pending set for the new holder). The replica then stands
-// by, trying to acquire again every third of the TTL. A worker that stops
-// on its own makes Hold acquire again, keeping its term while the lease is
-// still its own. On shutdown Hold releases the lease (expires it at once),
-// so that a standby replica takes the shard over without waiting.
+// by, trying to acquire again at every census. A worker that stops on its
+// own makes Hold acquire again, keeping its term while the lease is still
+// its own. On shutdown Hold hands the lease to another replica, or
+// releases it (expires it at once) when there is none, so that a standby
+// replica takes the shard over without waiting.
 //
 // # Balance
 //
 // Replicas share a database's shards rather than the first one taking
-// them all. A Balancer per database and process (one for every Hold of that
-// database) keeps the process registered in the relay schema's replicas
+// them all. Every Hold runs under the Balancer of its database and process
+// (Balancer.Hold), a process alone too (one replica of one): there is one
+// renewal loop and one set of rules. The balancer renews the process's
+// leases, keeps the process registered in the relay schema's replicas
 // table with a heartbeat every third of the TTL, and each heartbeat is a
-// census: the live replicas (heartbeat unexpired, and alive as Alive says,
-// so a killed process drops out at the next census rather than after its
-// TTL) and how many of the shards each holds. From it:
+// census: the live replicas and how many of the shards each holds. The
+// store reads the facts (how long each replica's heartbeat has to run,
+// whether its process has a session now, as Alive says); one rule in Go
+// (Live) decides: a replica is live while its heartbeat is unexpired and
+// it has a session, or while its last heartbeat is younger than the trust
+// window (half the TTL). A replica whose connection blipped between two
+// heartbeats is thus not taken for gone, a killed one drops out within
+// half a TTL of its last heartbeat rather than after its TTL, and a frozen
+// or cut-off one, whose sessions may linger on the server, once its
+// heartbeat has expired. From the census:
 //
 //   - Claim. A replica acquires a free or expired shard only while it
 //     holds fewer than its share, shards ÷ live replicas rounded up; its
@@ -104,8 +115,9 @@
 //     the same time do not pile onto one taker. A shard handed over stops
 //     its work like a lost lease (batches in flight finish), then its lease
 //     is expired naming the successor. For half the TTL only the successor
-//     may take it (the giver neither), and it takes it even beyond its
-//     share. Taking it is an ordinary takeover: the next term, the previous
+//     may take it (the giver neither), it takes it even beyond its share,
+//     and censuses count it as the successor's already (a giver counting it
+//     as nobody's would give the successor one more at its next census). Taking it is an ordinary takeover: the next term, the previous
 //     owner ended, fencing as above.
 //   - Leave. On shutdown each shard is handed to the least loaded other
 //     live replica, and the replica removes itself from the table.
@@ -113,12 +125,17 @@
 //     replica's first census NOTIFY the relay schema's channel: every
 //     replica takes a census at once and its standing-by shards try again,
 //     so a successor takes a shard within milliseconds. MySQL has no
-//     notifications: a successor takes it at its next attempt, within a
-//     third of the TTL.
+//     notifications: each replica waits on a bell (Bell: a SLEEP on a
+//     connection of its own) and the replica that hands over, leaves or
+//     joins rings the others' (it counts a ring in the replica's row, then
+//     kills the SLEEP; the ringers of one replica take turns, as two KILLs
+//     of one query at once can stall each other for seconds). A ring that
+//     comes between two waits, when there is no SLEEP to kill, is not
+//     lost: the next wait reads the count first and returns at once.
 //
-// A dead replica is seen at the next census (its connections are gone), and
-// its leases are taken at once by the replicas below their share (Alive),
-// or after the TTL when its death cannot be seen (a partition, a frozen
-// process). Every replica must run the same sources of the database: the
+// A dead replica drops out of the census once its last heartbeat is half a
+// TTL old (its connections are gone), and its leases are taken at once by
+// the replicas then below their share (Alive), or after the TTL when its
+// death cannot be seen (a partition, a frozen process). Every replica must run the same sources of the database: the
 // share is counted over the shards this process runs.
 package lease

@@ -8,13 +8,10 @@ import (
 	"time"
 )
 
-// HoldOptions say which shard Hold keeps and how.
+// HoldOptions say which shard Hold keeps and how. The lease's TTL is the
+// balancer's.
 type HoldOptions struct {
 	Shard string
-	// TTL is how long the lease lasts without renewal. Standby replicas
-	// retry, and the holder renews, every third of it; the holder trusts
-	// its lease for half of it without a successful renewal.
-	TTL time.Duration
 	// Table is the shard's table as the Store's EndOwner takes it: the
 	// table whose claims a hand-over ends.
 	Table string
@@ -31,39 +28,39 @@ type HoldOptions struct {
 	// Standby, when not nil, is told each time the lease could not be had:
 	// err is why, nil when another replica holds it.
 	Standby func(err error)
-	// Balancer, when not nil, shares the shards among the live replicas:
-	// the lease is taken only within this process's share, handed over
-	// when the census says so, and handed to a successor on shutdown.
-	// Nil takes the shard whenever it is free.
-	Balancer *Balancer
 }
 
-// Hold runs work while this owner holds the shard's lease, and returns once
-// ctx ends, releasing the lease so that another replica takes the shard at
-// once. A replica that cannot get the lease stands by and retries every
-// third of the TTL; the holder renews at the same pace from the moment it
-// has the lease and, when a renewal finds the lease taken or none succeeded
-// for half the TTL, cancels work's context: work must then stop claiming
-// and finish its batches, whose completions fail (every batch is bound to
-// the term it was claimed under, checked in its completing transaction).
-// After a hand-over the new holder first ends the claims of every owner
-// the lease names as not ended (handOver), and work starts only once they
-// are gone, so per-key order holds through the hand-over. When work returns
-// on its own, Hold acquires the lease again (the same term while it is
-// still this owner's).
-func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.Context)) {
+// Hold runs work while this process holds the shard's lease, and returns
+// once ctx ends, handing the lease to the least loaded other live replica
+// (or releasing it) so that another replica takes the shard at once. The
+// balancer shares the shards among the live replicas (a process alone is
+// one of one): the lease is taken only within this process's share and
+// handed over when the census says so. A replica that cannot get the lease
+// stands by and retries at every census, and at least every third of the
+// TTL. The balancer renews the lease with the process's others; when a
+// renewal finds it taken or none succeeded for half the TTL, Hold cancels
+// work's context: work must then stop claiming and finish its batches,
+// whose completions fail (every batch is bound to the term it was claimed
+// under, checked in its completing transaction). After a takeover the new
+// holder first ends the claims of every owner the lease names as not ended
+// (handOver), and work starts only once they are gone, so per-key order
+// holds through the hand-over. When work returns on its own, Hold acquires
+// the lease again (the same term while it is still this owner's). Run must
+// be running for Hold to acquire anything.
+func (b *Balancer) Hold(ctx context.Context, o HoldOptions, work func(ctx context.Context)) {
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := o.Balancer
-	if b != nil {
-		b.join(o.Shard)
-		defer b.part(o.Shard)
-	}
+	l := b.leases
+	b.join(o.Shard)
+	defer b.part(o.Shard)
 	standby, held := false, false
 	for ctx.Err() == nil {
-		ls, err := l.acquireFair(ctx, o.Shard, o.TTL, b)
+		// Taken before the attempt: a census that comes during it (a
+		// hand-over to this process) wakes the wait below at once.
+		changed := b.Changed()
+		ls, err := l.acquireFair(ctx, o.Shard, b.ttl, b)
 		if err != nil || ls == nil {
 			switch {
 			case err != nil:
@@ -79,14 +76,10 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 			if o.Standby != nil && ctx.Err() == nil {
 				o.Standby(err)
 			}
-			var changed <-chan struct{}
-			if b != nil {
-				changed = b.Changed()
-			}
 			select {
 			case <-ctx.Done():
 			case <-changed:
-			case <-time.After(o.TTL / 3):
+			case <-time.After(b.ttl / 3):
 			}
 			continue
 		}
@@ -114,19 +107,11 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 			})
 			stop()
 		}
-		if b != nil {
-			h := b.hold(ls)
-			go func() {
-				defer close(renewed)
-				successor = b.keep(wctx, h, log, lost, stop)
-			}()
-		} else {
-			go func() {
-				defer close(renewed)
-				// A loss keep reports is logged there, not again above.
-				l.keep(wctx, ls, o.TTL, log, lost)
-			}()
-		}
+		h := b.hold(ls)
+		go func() {
+			defer close(renewed)
+			successor = b.keep(wctx, h, log, lost, stop)
+		}()
 		if ls.PreviousOwner != "" {
 			log.Info("took over the source", "previous_owner", ls.PreviousOwner, "term", ls.Term)
 		}
@@ -146,7 +131,7 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 		}
 		stop()
 		<-renewed
-		if ctx.Err() != nil && b != nil {
+		if ctx.Err() != nil {
 			successor = b.successor()
 		}
 		if successor != "" || ctx.Err() != nil {
@@ -155,16 +140,12 @@ func (l *Leases) Hold(ctx context.Context, o HoldOptions, work func(ctx context.
 				log.Warn("release lease", "err", err)
 			} else if successor != "" {
 				log.Info("handed the source over", "successor", successor, "term", ls.Term)
-				if b != nil {
-					b.ring(rctx, successor)
-				}
+				b.ring(rctx, successor)
 			}
 			cancel()
 			held = false
 		}
-		if b != nil {
-			b.released(o.Shard)
-		}
+		b.released(o.Shard)
 		if ctx.Err() != nil {
 			return
 		}
@@ -203,38 +184,6 @@ func (l *Leases) handOver(ctx context.Context, o HoldOptions, ls *Lease, log *sl
 	}
 	if err := l.Ended(ctx, ls); err != nil {
 		warn(err)
-	}
-}
-
-// keep renews the lease until ctx ends; it calls lost when the lease is
-// gone or could not be renewed for half its TTL (the trust window: a holder
-// stops before its lease can have expired and been taken over).
-func (l *Leases) keep(ctx context.Context, ls *Lease, ttl time.Duration, log *slog.Logger, lost func(until time.Time)) {
-	t := time.NewTicker(ttl / 3)
-	defer t.Stop()
-	last := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		at := time.Now()
-		ok, err := l.Renew(ctx, ls, ttl)
-		switch {
-		case ctx.Err() != nil:
-			return // the work stopped: Hold goes on
-		case err == nil && ok:
-			last = at
-		case err == nil:
-			log.Warn("lease lost to another replica; stopping", "term", ls.Term)
-			lost(last.Add(ttl))
-			return
-		case time.Since(last) > ttl/2:
-			log.Error("lease could not be renewed; stopping", "err", err)
-			lost(last.Add(ttl))
-			return
-		}
 	}
 }
 

@@ -8,8 +8,9 @@ import (
 
 // Leases grants shards to one owner at a time through a database's lease
 // table (a Store). Acquire takes a free or expired shard (or renews one this
-// owner holds); Renew extends it; Release gives it up at once. It is safe
-// for concurrent use as far as its Store is.
+// owner holds); RenewAll extends the owner's leases; Release gives one up at
+// once. A relay process holds its leases through a Balancer (Balancer.Hold),
+// which renews them. It is safe for concurrent use as far as its Store is.
 type Leases struct {
 	store Store
 	owner string
@@ -105,7 +106,7 @@ func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration, r
 		ok, err = l.store.Insert(ctx, &InsertParams{Shard: shard, Owner: l.owner, TTL: ttl})
 	case stepKeep:
 		ls.Term, ls.Unended = row.Term, NextUnended(SplitOwners(row.Unended), "", l.owner)
-		ok, err = l.store.Renew(ctx, &RenewParams{Shard: shard, Owner: l.owner, Term: row.Term, TTL: ttl, Expired: true})
+		ok, err = l.store.Renew(ctx, &RenewParams{Shard: shard, Owner: l.owner, Term: row.Term, TTL: ttl})
 	case stepTake:
 		// A change of owner adds the previous one to the owners whose
 		// claims may still be open, unless it handed the lease over: it
@@ -130,16 +131,6 @@ func (l *Leases) acquire(ctx context.Context, shard string, ttl time.Duration, r
 		return nil, nil // another replica changed the lease first
 	}
 	return ls, nil
-}
-
-// Renew extends a lease this owner still holds with the same term; false
-// means it was lost.
-func (l *Leases) Renew(ctx context.Context, ls *Lease, ttl time.Duration) (bool, error) {
-	ok, err := l.store.Renew(ctx, &RenewParams{Shard: ls.Shard, Owner: ls.Owner, Term: ls.Term, TTL: ttl})
-	if err != nil {
-		return false, fmt.Errorf("renew lease on %s: %w", ls.Shard, err)
-	}
-	return ok, nil
 }
 
 // RenewAll extends every lease of ls (all this owner's) still held with
@@ -197,9 +188,53 @@ func (l *Leases) Row(ctx context.Context, shard string, reserve time.Duration) (
 }
 
 // Census registers this owner as a live replica for ttl and returns every
-// live replica with how many of shards it holds (see Store.Census).
+// live replica (see Live), this owner always, with how many of shards it
+// holds, a shard handed to it and still reserved for it included.
 func (l *Leases) Census(ctx context.Context, ttl time.Duration, shards []string) (map[string]int, error) {
-	return l.store.Census(ctx, &CensusParams{Owner: l.owner, TTL: ttl, Shards: shards})
+	counts, _, err := l.census(ctx, ttl, shards)
+	return counts, err
+}
+
+// census is Census, and how long until one of the other replicas it counts
+// drops out unless it beats again or reconnects (0: none is counted).
+func (l *Leases) census(ctx context.Context, ttl time.Duration, shards []string) (map[string]int, time.Duration, error) {
+	rs, err := l.store.Census(ctx, &CensusParams{Owner: l.owner, TTL: ttl, Shards: shards, Reserve: reserveFor(ttl)})
+	if err != nil {
+		return nil, 0, err
+	}
+	counts := map[string]int{l.owner: 0}
+	var next time.Duration
+	for _, r := range rs {
+		if r.Owner == l.owner {
+			counts[r.Owner] = r.Holds
+		} else if d := liveFor(r, ttl); d > 0 {
+			counts[r.Owner] = r.Holds
+			if next == 0 || d < next {
+				next = d
+			}
+		}
+	}
+	return counts, next, nil
+}
+
+// Live is the one rule of a replica's liveness in a census of replicas
+// whose leases last ttl: its heartbeat is unexpired, and either its
+// process is connected now or its last heartbeat is younger than the trust
+// window (half the TTL). A replica whose connections blipped between two
+// heartbeats is therefore not taken for gone, while one that was killed
+// drops out within half a TTL of its last heartbeat, and one that is
+// frozen or cut off (whose sessions may linger on the server for long)
+// once its heartbeat has expired.
+func Live(r Replica, ttl time.Duration) bool { return liveFor(r, ttl) > 0 }
+
+// liveFor is how long r stays live (see Live) as it is now, without a new
+// heartbeat or a session: 0 when it is not.
+func liveFor(r Replica, ttl time.Duration) time.Duration {
+	d := r.Left
+	if !r.Session {
+		d -= ttl - ttl/2
+	}
+	return max(d, 0)
 }
 
 // Leave removes this owner from the live replicas.

@@ -25,8 +25,8 @@ type Store interface {
 	// with term p.Term and expired; false otherwise.
 	Take(ctx context.Context, p *TakeParams) (bool, error)
 	// Renew extends the lease of p.Owner with term p.Term by p.TTL from
-	// now, only while unexpired unless p.Expired; false when the row is
-	// no longer so.
+	// now, expired or not (its holder acquires it again); false when the
+	// row is no longer so.
 	Renew(ctx context.Context, p *RenewParams) (bool, error)
 	// RenewAll extends by p.TTL from now every lease of p.Leases still
 	// held unexpired by p.Owner with its term, in one statement (or as
@@ -43,11 +43,11 @@ type Store interface {
 	// left (or ctx ends). What it may not end it waits for, saying so
 	// through p.Warn.
 	EndOwner(ctx context.Context, p *EndOwnerParams) error
-	// Census registers p.Owner as a live replica until p.TTL from now and
-	// returns every live replica (registered, unexpired and alive as Alive
-	// says) with how many of p.Shards it holds unexpired; p.Owner is
-	// always in it.
-	Census(ctx context.Context, p *CensusParams) (map[string]int, error)
+	// Census registers p.Owner as a replica with a heartbeat that expires
+	// p.TTL from now and returns every registered replica as the database
+	// sees it, p.Owner among them. It decides nothing: which replicas are
+	// live, Leases.Census decides (see Live).
+	Census(ctx context.Context, p *CensusParams) ([]Replica, error)
 	// Leave removes p.Owner from the live replicas.
 	Leave(ctx context.Context, p *LeaveParams) error
 }
@@ -88,13 +88,12 @@ type TakeParams struct {
 	Unended string // JoinOwners of the owners the new holder must end
 }
 
-// RenewParams extend a lease.
+// RenewParams extend a lease its holder acquires again.
 type RenewParams struct {
-	Shard   string
-	Owner   string
-	Term    int64
-	TTL     time.Duration
-	Expired bool // extend it even when it has expired (its holder acquires it again)
+	Shard string
+	Owner string
+	Term  int64
+	TTL   time.Duration
 }
 
 // RenewAllParams extend the leases of one owner.
@@ -116,11 +115,29 @@ type ExpireParams struct {
 	Successor string
 }
 
+// Replica is a registered replica as a census reads it.
+type Replica struct {
+	Owner string
+	// Left is how long its heartbeat has still to run, by the database's
+	// clock: its TTL less the age of its last heartbeat (negative once
+	// expired).
+	Left time.Duration
+	// Session says its process is connected to the database now (as
+	// Alive says).
+	Session bool
+	// Holds is how many of CensusParams.Shards it holds unexpired, or
+	// were handed to it and are still reserved for it (within
+	// CensusParams.Reserve of the hand-over): it is about to take them,
+	// and a giver counting them as nobody's would give it more.
+	Holds int
+}
+
 // CensusParams register a replica and name the shards it counts.
 type CensusParams struct {
-	Owner  string
-	TTL    time.Duration
-	Shards []string
+	Owner   string
+	TTL     time.Duration
+	Shards  []string
+	Reserve time.Duration // how long a handed-over lease stays its successor's
 }
 
 // LeaveParams name a replica that stops.
@@ -150,10 +167,12 @@ type EndOwnerParams struct {
 // Bell is a Store whose replicas wake each other directly, for a dialect
 // without notifications (MySQL): a replica waits on its bell between
 // censuses, and another rings it after handing it a shard, after joining
-// and after leaving.
+// and after leaving. No ring is lost: one that comes while the owner is not
+// waiting ends its next Wait at once.
 type Bell interface {
-	// Wait returns after d, or earlier (true) when the owner's bell rang.
+	// Wait returns after d, or earlier (true) when the owner's bell rang
+	// during the wait or since the previous Wait returned.
 	Wait(ctx context.Context, owner string, d time.Duration) (bool, error)
-	// Ring wakes owner's Wait, if it is waiting.
+	// Ring wakes owner's Wait, or its next one if it is not waiting.
 	Ring(ctx context.Context, owner string) error
 }

@@ -31,11 +31,13 @@ func refused(t *testing.T, o Owner, shard, why string) {
 	}
 }
 
+// renews checks whether o's renewal of l (the balancer's RenewAll) extends
+// it.
 func renews(t *testing.T, o Owner, l *lease.Lease, want bool) {
 	t.Helper()
-	ok, err := o.Leases().Renew(context.Background(), l, time.Minute)
-	if err != nil || ok != want {
-		t.Fatalf("%s renews term %d: %v %v, want %v", o.Name(), l.Term, ok, err, want)
+	renewed, err := o.Leases().RenewAll(context.Background(), []*lease.Lease{l}, time.Minute)
+	if err != nil || renewed[l.Shard] != want {
+		t.Fatalf("%s renews term %d: %v %v, want %v", o.Name(), l.Term, renewed, err, want)
 	}
 }
 

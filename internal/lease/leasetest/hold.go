@@ -2,6 +2,9 @@ package leasetest
 
 import (
 	"context"
+	"log/slog"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -9,15 +12,20 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/source"
 )
 
-// hold runs o's Hold in the background; the returned function stops it and
-// waits until it has returned.
-func hold(t *testing.T, o Owner, opts lease.HoldOptions, work func(ctx context.Context)) (stop func()) {
+// hold runs a balancer of o's leases with ttl, as a relay process does
+// for each database, and Hold under it in the background; the returned
+// function stops both and waits until they have returned.
+func hold(t *testing.T, o Owner, ttl time.Duration, opts lease.HoldOptions, work func(ctx context.Context)) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
+	b := lease.NewBalancer(o.Leases(), ttl, nil)
 	go func() {
 		defer close(done)
-		o.Leases().Hold(ctx, opts, work)
+		var wg sync.WaitGroup
+		wg.Go(func() { b.Run(ctx) })
+		b.Hold(ctx, opts, work)
+		wg.Wait()
 	}()
 	stop = func() {
 		t.Helper()
@@ -52,7 +60,7 @@ func testHoldReleases(t *testing.T, h Harness) {
 	a, b := env.Owner(t, "a"), env.Owner(t, "b")
 	f := fence(t, a.Store(t, "s"))
 	started := make(chan *lease.Lease, 1)
-	stop := hold(t, a, lease.HoldOptions{Shard: "s", TTL: time.Minute, Table: env.Table(), Fence: f},
+	stop := hold(t, a, time.Minute, lease.HoldOptions{Shard: "s", Table: env.Table(), Fence: f},
 		func(ctx context.Context) { started <- f.Get(); <-ctx.Done() })
 	l := within(t, started, 10*time.Second, "a's work starts")
 	if l == nil || l.Term != 1 || l.Owner != a.Name() {
@@ -66,18 +74,26 @@ func testHoldReleases(t *testing.T, h Harness) {
 	acquire(t, b, "s", time.Minute, 2, a.Name())
 }
 
-// testHoldStopsWhenLost: a holder whose renewal finds the lease taken stops
-// its work, then stands by without disturbing the new holder.
+// testHoldStopsWhenLost: a holder whose lease was taken stops its work at
+// the next renewal (the balancer's one statement renews the process's
+// leases), told by the renewal, not by its trust window running out (which
+// would stop it too, later), then stands by without disturbing the new
+// holder.
 func testHoldStopsWhenLost(t *testing.T, h Harness) {
 	env := h.NewEnv(t, 0)
 	a, b := env.Owner(t, "a"), env.Owner(t, "b")
 	started, stopped := make(chan struct{}, 1), make(chan struct{}, 1)
-	stop := hold(t, a, lease.HoldOptions{Shard: "s", TTL: 900 * time.Millisecond, Table: env.Table()},
+	logged := &lines{}
+	stop := hold(t, a, 900*time.Millisecond, lease.HoldOptions{Shard: "s", Table: env.Table(),
+		Logger: slog.New(slog.NewTextHandler(logged, nil))},
 		func(ctx context.Context) { started <- struct{}{}; <-ctx.Done(); stopped <- struct{}{} })
 	within(t, started, 10*time.Second, "a's work starts")
 	env.ExpireAll(t)
 	lb := acquire(t, b, "s", time.Minute, 2, a.Name())
 	within(t, stopped, 5*time.Second, "a's work stops once its lease is taken")
+	if out := logged.String(); !strings.Contains(out, "lease lost to another replica; stopping") {
+		t.Fatalf("a stopped without a renewal finding its lease taken:\n%s", out)
+	}
 	select {
 	case <-started:
 		t.Fatal("a's work started again while b holds the lease")
@@ -112,14 +128,14 @@ func testHandoverEndsEveryUnended(t *testing.T, h Harness) {
 	}
 	c := env.Owner(t, "c")
 	sc := c.Store(t, "s")
-	o := lease.HoldOptions{Shard: "s", TTL: time.Minute, Table: env.Table(), Fence: fence(t, sc)}
+	o := lease.HoldOptions{Shard: "s", Table: env.Table(), Fence: fence(t, sc)}
 	if s, ok := sc.(interface {
 		Settle(ctx context.Context, n int, timeout time.Duration) error
 	}); ok {
 		o.Settle = func(ctx context.Context) error { return s.Settle(ctx, 8, 5*time.Second) }
 	}
 	claimed := make(chan int, 1)
-	stop := hold(t, c, o, func(ctx context.Context) {
+	stop := hold(t, c, time.Minute, o, func(ctx context.Context) {
 		n := 0
 		if b, err := sc.Claim(ctx, 10); err != nil || b == nil {
 			t.Logf("c's claim: %v %v", b, err)

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	gomysql "github.com/go-sql-driver/mysql"
@@ -53,8 +54,9 @@ func (l *Leases) WaitForOwner(ctx context.Context, owner string) error {
 }
 
 // LeaseStore is the lease table of a relay database: lease.Store in
-// MySQL's SQL. Its Get and Renew keep owner's liveness lock (every
-// acquisition begins with a Get, every renewal is a Renew).
+// MySQL's SQL. Its Get, Renew, RenewAll and Census keep owner's liveness
+// lock (every acquisition begins with a Get, the balancer renews with
+// RenewAll and takes a census every third of the TTL).
 type LeaseStore struct {
 	db    *sql.DB
 	rdb   string
@@ -64,8 +66,9 @@ type LeaseStore struct {
 	live *sql.Conn // holds ownerLiveLock(owner)
 
 	bellMu sync.Mutex
-	bell   *sql.Conn // waits between censuses (see Wait)
-	bellID int64     // its CONNECTION_ID(), 0 before the first Wait
+	bell   *sql.Conn    // waits between censuses (see Wait)
+	bellID int64        // its CONNECTION_ID(), 0 before the first Wait
+	heard  atomic.Int64 // the ring count as the last Wait left it
 }
 
 var _ lease.Bell = (*LeaseStore)(nil)
@@ -84,11 +87,12 @@ func NewLeaseStore(db *sql.DB, relayDB, owner string) *LeaseStore {
 func (s *Store) LeaseFence() *lease.Fence { return &s.Fence }
 
 // Close gives up the liveness lock: to other replicas, this owner is gone.
+// It also ends the bell's wait on the server, which outlives a wait given
+// up by the client (see Wait).
 func (l *LeaseStore) Close() error {
 	l.bellMu.Lock()
 	if l.bell != nil {
-		_ = l.bell.Close()
-		l.bell = nil
+		l.dropBell(context.Background())
 	}
 	l.bellMu.Unlock()
 	l.mu.Lock()
@@ -188,11 +192,7 @@ func (l *LeaseStore) Renew(ctx context.Context, p *lease.RenewParams) (bool, err
 	if err := l.stayAlive(ctx); err != nil {
 		return false, err
 	}
-	cond := " AND expires_at >= " + now
-	if p.Expired {
-		cond = ""
-	}
-	return l.update(ctx, "expires_at = "+now+" + INTERVAL ? MICROSECOND", cond, []any{p.TTL.Microseconds()}, p.Shard, p.Owner, p.Term)
+	return l.update(ctx, "expires_at = "+now+" + INTERVAL ? MICROSECOND", "", []any{p.TTL.Microseconds()}, p.Shard, p.Owner, p.Term)
 }
 
 // RenewAll implements lease.Store (and keeps this owner alive): one UPDATE
@@ -234,15 +234,16 @@ func (l *LeaseStore) RenewAll(ctx context.Context, p *lease.RenewAllParams) (map
 }
 
 // Expire implements lease.Store. MySQL has no notifications: the
-// successor takes a handed-over lease at its next attempt.
+// balancer rings the successor's bell (see Wait) once the lease is
+// handed over.
 func (l *LeaseStore) Expire(ctx context.Context, p *lease.ExpireParams) error {
 	_, err := l.update(ctx, "expires_at = "+now+" - INTERVAL 1 MICROSECOND, successor = ?", "", []any{p.Successor}, p.Shard, p.Owner, p.Term)
 	return err
 }
 
-// Census implements lease.Store: a replica is alive while its heartbeat is
-// unexpired and a connection holds its liveness lock.
-func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[string]int, error) {
+// Census implements lease.Store: a replica has a session while a
+// connection holds its liveness lock.
+func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) ([]lease.Replica, error) {
 	if err := l.stayAlive(ctx); err != nil {
 		return nil, err
 	}
@@ -260,32 +261,41 @@ func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[str
 	if _, err := l.db.ExecContext(ctx, "DELETE FROM "+l.rdb+".replicas WHERE expires_at < "+now+" - INTERVAL 1 HOUR"); err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
 	}
-	counts := map[string]int{p.Owner: 0}
-	rows, err := l.db.QueryContext(ctx, "SELECT owner FROM "+l.rdb+".replicas WHERE owner <> ? AND expires_at > "+now+
-		" AND IS_USED_LOCK(CONCAT('outbox-relay ', LEFT(SHA2(owner, 256), 20), ' live')) IS NOT NULL", p.Owner)
+	rows, err := l.db.QueryContext(ctx, "SELECT owner, TIMESTAMPDIFF(MICROSECOND, "+now+", expires_at), "+
+		"IS_USED_LOCK(CONCAT('outbox-relay ', LEFT(SHA2(owner, 256), 20), ' live')) IS NOT NULL FROM "+l.rdb+".replicas")
 	if err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
 	}
 	defer rows.Close()
+	var out []lease.Replica
+	at := map[string]int{}
 	for rows.Next() {
-		var o string
-		if err := rows.Scan(&o); err != nil {
+		var (
+			r    lease.Replica
+			left int64
+		)
+		if err := rows.Scan(&r.Owner, &left, &r.Session); err != nil {
 			return nil, fmt.Errorf("census of the replicas: %w", err)
 		}
-		counts[o] = 0
+		r.Left = time.Duration(left) * time.Microsecond
+		at[r.Owner] = len(out)
+		out = append(out, r)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
 	}
 	if len(p.Shards) == 0 {
-		return counts, nil
+		return out, nil
 	}
-	q := "SELECT owner, COUNT(*) FROM " + l.rdb + ".leases WHERE expires_at >= " + now + " AND shard IN (?" +
-		strings.Repeat(", ?", len(p.Shards)-1) + ") GROUP BY owner"
-	args := make([]any, len(p.Shards))
-	for i, s := range p.Shards {
-		args[i] = s
+	// A lease handed over and still reserved counts as its successor's.
+	q := "SELECT IF(expires_at >= " + now + ", owner, successor) AS o, COUNT(*) FROM " + l.rdb + ".leases WHERE shard IN (?" +
+		strings.Repeat(", ?", len(p.Shards)-1) + ") AND (expires_at >= " + now +
+		" OR successor <> '' AND expires_at > " + now + " - INTERVAL ? MICROSECOND) GROUP BY o"
+	args := make([]any, 0, len(p.Shards)+1)
+	for _, s := range p.Shards {
+		args = append(args, s)
 	}
+	args = append(args, p.Reserve.Microseconds())
 	held, err := l.db.QueryContext(ctx, q, args...)
 	if err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
@@ -299,39 +309,83 @@ func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[str
 		if err := held.Scan(&o, &n); err != nil {
 			return nil, fmt.Errorf("census of the replicas: %w", err)
 		}
-		if _, live := counts[o]; live {
-			counts[o] = n
+		if i, ok := at[o]; ok {
+			out[i].Holds = n
 		}
 	}
-	return counts, held.Err()
+	return out, held.Err()
 }
 
-// Wait implements lease.Bell: a SLEEP on a connection of its own, whose id
-// the census records as the replica's bell; Ring kills the query, which
-// ends the SLEEP early. A user may kill its own connections' queries.
+// Wait implements lease.Bell: one statement on a connection of its own,
+// whose id the census records as the replica's bell, reads the replica's
+// ring count and SLEEPs unless the count moved since the last Wait; Ring
+// adds one to the count, then kills the bell's query, which ends the SLEEP
+// early. A ring whose KILL came between two Waits (it ended nothing) is
+// heard by the next Wait's read: the count was written before the KILL.
+// Reading the count in the SLEEP's own statement leaves no moment between
+// the read and the SLEEP when a KILL would be lost; it holds a shared
+// metadata lock on the replicas table while it sleeps (a third of the TTL
+// at most), which only DDL on that table waits for. A user may kill its
+// own connections' queries.
 func (l *LeaseStore) Wait(ctx context.Context, owner string, d time.Duration) (bool, error) {
 	bell, err := l.bellConn(ctx, owner)
 	if err != nil {
 		return false, err
 	}
-	var interrupted int
-	err = bell.QueryRowContext(ctx, "SELECT SLEEP(?)", d.Seconds()).Scan(&interrupted)
-	var me *gomysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1317 {
-		// MariaDB ends a killed SLEEP with "query execution was
-		// interrupted", MySQL with 1: rung either way.
+	heard := l.heard.Load()
+	var (
+		ring  int64
+		slept int
+	)
+	err = bell.QueryRowContext(ctx, "SELECT ring, IF(ring = ?, SLEEP(?), 0) FROM (SELECT COALESCE(MAX(ring), 0) AS ring FROM "+
+		l.rdb+".replicas WHERE owner = ?) r", heard, d.Seconds(), owner).Scan(&ring, &slept)
+	switch {
+	case interrupted(err) || err == nil && slept == 1:
+		// Killed: MariaDB ends the statement with "query execution was
+		// interrupted", MySQL may return 1 from the SLEEP.
+		l.hear(ctx, bell, owner)
 		return true, nil
-	}
-	if err != nil {
+	case err != nil:
 		l.bellMu.Lock()
 		if l.bell == bell {
-			_ = bell.Close()
-			l.bell = nil
+			l.dropBell(ctx)
 		}
 		l.bellMu.Unlock()
 		return false, fmt.Errorf("bell: %w", err)
+	case ring != heard:
+		l.heard.Store(ring) // rung since the last Wait
+		return true, nil
 	}
-	return interrupted == 1, nil
+	return false, nil
+}
+
+// hear records the ring count after a ring ended a Wait, so that the next
+// Wait does not count that ring again. A count it could not read is left as
+// it was: the next Wait then returns at once, which costs a census.
+func (l *LeaseStore) hear(ctx context.Context, bell *sql.Conn, owner string) {
+	var ring int64
+	err := bell.QueryRowContext(ctx, "SELECT COALESCE(MAX(ring), 0) FROM "+l.rdb+".replicas WHERE owner = ?", owner).Scan(&ring)
+	if err == nil {
+		l.heard.Store(ring)
+	}
+}
+
+// interrupted says err is MariaDB's answer to a killed query.
+func interrupted(err error) bool {
+	var me *gomysql.MySQLError
+	return errors.As(err, &me) && me.Number == 1317
+}
+
+// dropBell closes the bell's connection, first ending its query on the
+// server: a SLEEP whose client went away (a wait whose context ended) goes
+// on there for a while, holding its lock on the replicas table. The caller
+// holds bellMu.
+func (l *LeaseStore) dropBell(ctx context.Context) {
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	_, _ = l.db.ExecContext(kctx, fmt.Sprintf("KILL QUERY %d", l.bellID))
+	cancel()
+	_ = l.bell.Close()
+	l.bell = nil
 }
 
 // bellConn is the bell's connection, opened and recorded on first use.
@@ -358,19 +412,46 @@ func (l *LeaseStore) bellConn(ctx context.Context, owner string) (*sql.Conn, err
 	return c, nil
 }
 
-// Ring implements lease.Bell: it kills the query of owner's bell, while
-// owner's heartbeat is live (so that the connection id is still its).
+// Ring implements lease.Bell: while owner's heartbeat is live (so that the
+// connection id is still its), it adds one to owner's ring count, then kills
+// the query of owner's bell (see Wait). Two KILLs of one query at once can
+// hold each other up on the server for seconds (seen on MariaDB 10.11 when
+// a replica hands several shards to one successor): the ringers of an owner,
+// in every process, take turns through a named lock.
 func (l *LeaseStore) Ring(ctx context.Context, owner string) error {
+	res, err := l.db.ExecContext(ctx, "UPDATE "+l.rdb+".replicas SET ring = ring + 1 WHERE owner = ? AND expires_at > "+now, owner)
+	if err != nil {
+		return fmt.Errorf("ring %s: %w", owner, err)
+	}
+	if n, err := res.RowsAffected(); err != nil || n == 0 {
+		return err // not a live replica
+	}
 	var id int64
-	err := l.db.QueryRowContext(ctx, "SELECT bell FROM "+l.rdb+".replicas WHERE owner = ? AND bell IS NOT NULL AND expires_at > "+now,
+	err = l.db.QueryRowContext(ctx, "SELECT bell FROM "+l.rdb+".replicas WHERE owner = ? AND bell IS NOT NULL AND expires_at > "+now,
 		owner).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
-		return nil
+		return nil // no bell yet: its first wait reads the count
 	}
 	if err != nil {
 		return fmt.Errorf("ring %s: %w", owner, err)
 	}
-	if _, err := l.db.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id)); err != nil {
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("ring %s: %w", owner, err)
+	}
+	defer conn.Close()
+	// A turn not had within a few seconds is not waited for longer: the
+	// KILL still goes.
+	var turn sql.NullInt64
+	if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 5)", ownerRingLock(owner)).Scan(&turn); err != nil {
+		return fmt.Errorf("ring %s: %w", owner, err)
+	}
+	if turn.Valid && turn.Int64 == 1 {
+		defer func() {
+			_, _ = conn.ExecContext(context.WithoutCancel(ctx), "DO RELEASE_LOCK(?)", ownerRingLock(owner))
+		}()
+	}
+	if _, err := conn.ExecContext(ctx, fmt.Sprintf("KILL QUERY %d", id)); err != nil {
 		return fmt.Errorf("ring %s: %w", owner, err)
 	}
 	return nil

@@ -24,7 +24,7 @@ func TestMigrateUpDownUp(t *testing.T) {
 	}
 	defer m.Close()
 	st, err := m.Status(ctx)
-	if err != nil || len(st) != 8 || st[0].Applied {
+	if err != nil || len(st) != 9 || st[0].Applied {
 		t.Fatalf("status before up: %+v %v", st, err)
 	}
 	for round := range 2 {
@@ -70,9 +70,19 @@ func TestMigrateUpDownUp(t *testing.T) {
 		if _, err := admin.ExecContext(ctx, "INSERT INTO "+relayDB+".failed_events (original_event_id, source, source_schema, source_table, payload, failure_reason) VALUES ('1', 'a', 'app', 'outbox', 'not json', 'x')"); err == nil {
 			t.Errorf("round %d: failed_events.payload took text that is not JSON", round)
 		}
-		// One step down undoes the newest migration only: source_samples,
-		// then replicas, then leases.unended, then relay_state's live
-		// columns, then the leases table.
+		// One step down undoes the newest migration only: replicas.ring,
+		// then source_samples, then replicas, then leases.unended, then
+		// relay_state's live columns, then the leases table.
+		if err := m.Down(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		var ring int
+		if err := admin.QueryRowContext(ctx, "SELECT COUNT(*) FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = ? AND TABLE_NAME = 'replicas' AND COLUMN_NAME = 'ring'", relayDB).Scan(&ring); err != nil || ring != 0 {
+			t.Fatalf("round %d: replicas.ring still there after one step down (%v)", round, err)
+		}
+		if countTables(t, admin, relayDB, "source_samples") != 1 {
+			t.Fatalf("round %d: source_samples dropped by the first step down", round)
+		}
 		if err := m.Down(ctx, false); err != nil {
 			t.Fatal(err)
 		}

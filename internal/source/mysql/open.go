@@ -100,6 +100,13 @@ func ownerLiveLock(owner string) string {
 	return "outbox-relay " + hex.EncodeToString(h[:10]) + " live"
 }
 
+// ownerRingLock is the lock the replicas ringing owner's bell take turns
+// with (see LeaseStore.Ring).
+func ownerRingLock(owner string) string {
+	h := sha256.Sum256([]byte(owner))
+	return "outbox-relay " + hex.EncodeToString(h[:10]) + " ring"
+}
+
 // connector sets up each new connection before database/sql uses it.
 type connector struct {
 	inner       driver.Connector

@@ -78,12 +78,8 @@ WHERE shard = $1 AND owner = $2 AND term = $3 AND expires_at < now()`,
 
 // Renew implements lease.Store.
 func (l *LeaseStore) Renew(ctx context.Context, p *lease.RenewParams) (bool, error) {
-	q := `UPDATE ` + l.schema + `.leases SET expires_at = now() + $4 * interval '1 millisecond'
-WHERE shard = $1 AND owner = $2 AND term = $3`
-	if !p.Expired {
-		q += ` AND expires_at >= now()`
-	}
-	tag, err := l.pool.Exec(ctx, q, p.Shard, p.Owner, p.Term, p.TTL.Milliseconds())
+	tag, err := l.pool.Exec(ctx, `UPDATE `+l.schema+`.leases SET expires_at = now() + $4 * interval '1 millisecond'
+WHERE shard = $1 AND owner = $2 AND term = $3`, p.Shard, p.Owner, p.Term, p.TTL.Milliseconds())
 	return err == nil && tag.RowsAffected() == 1, err
 }
 
@@ -123,32 +119,37 @@ SELECT pg_notify($5, $6) FROM e WHERE $4 <> ''`, p.Shard, p.Owner, p.Term, p.Suc
 // over or a replica left.
 const LeasePayload = "lease"
 
-// Census implements lease.Store: the heartbeat, the count and the removal
-// of replicas gone for an hour are one statement; a replica's first
-// census is announced (payload LeasePayload), so that the others make room
-// for it at once. A replica is alive while its heartbeat is unexpired
-// and a session carries its ApplicationName.
-func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) (map[string]int, error) {
+// Census implements lease.Store: the heartbeat, the read of the replicas
+// and the removal of those gone for an hour are one statement; a replica's
+// first census is announced (payload LeasePayload), so that the others
+// make room for it at once. A replica has a session while one carries its
+// ApplicationName.
+func (l *LeaseStore) Census(ctx context.Context, p *lease.CensusParams) ([]lease.Replica, error) {
 	rows, err := l.pool.Query(ctx, `WITH beat AS (
   INSERT INTO `+l.schema+`.replicas AS r (owner, expires_at) VALUES ($1, now() + $2 * interval '1 millisecond')
-  ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at),
+  ON CONFLICT (owner) DO UPDATE SET expires_at = EXCLUDED.expires_at
+  RETURNING owner, expires_at),
 gone AS (DELETE FROM `+l.schema+`.replicas WHERE expires_at < now() - interval '1 hour')
-SELECT o.owner, (SELECT count(*) FROM `+l.schema+`.leases s
-  WHERE s.owner = o.owner AND s.expires_at >= now() AND s.shard = ANY($3))
-FROM (SELECT $1::text AS owner UNION
-  SELECT r.owner FROM `+l.schema+`.replicas r
-  WHERE r.owner <> $1 AND r.expires_at > now()
-    AND EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = left('outbox-relay ' || r.owner, 63))) o`,
-		p.Owner, p.TTL.Milliseconds(), p.Shards)
+SELECT o.owner, (extract(epoch FROM o.expires_at - now()) * 1000000)::bigint,
+  o.owner = $1 OR EXISTS (SELECT 1 FROM pg_stat_activity a WHERE a.application_name = left('outbox-relay ' || o.owner, 63)),
+  (SELECT count(*) FROM `+l.schema+`.leases s WHERE s.shard = ANY($3) AND (s.owner = o.owner AND s.expires_at >= now()
+    OR s.successor = o.owner AND s.expires_at < now() AND s.expires_at > now() - $4 * interval '1 millisecond'))
+FROM (SELECT owner, expires_at FROM beat UNION ALL
+  SELECT owner, expires_at FROM `+l.schema+`.replicas WHERE owner <> $1) o`,
+		p.Owner, p.TTL.Milliseconds(), p.Shards, p.Reserve.Milliseconds())
 	if err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
 	}
-	counts := map[string]int{p.Owner: 0}
 	var (
-		owner string
-		n     int
+		out  []lease.Replica
+		r    lease.Replica
+		left int64
 	)
-	_, err = pgx.ForEachRow(rows, []any{&owner, &n}, func() error { counts[owner] = n; return nil })
+	_, err = pgx.ForEachRow(rows, []any{&r.Owner, &left, &r.Session, &r.Holds}, func() error {
+		r.Left = time.Duration(left) * time.Microsecond
+		out = append(out, r)
+		return nil
+	})
 	if err != nil {
 		return nil, fmt.Errorf("census of the replicas: %w", err)
 	}
@@ -158,7 +159,7 @@ FROM (SELECT $1::text AS owner UNION
 		}
 		l.announced.Store(true)
 	}
-	return counts, nil
+	return out, nil
 }
 
 // Leave implements lease.Store, and tells the other replicas.
