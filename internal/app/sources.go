@@ -273,7 +273,7 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 		return nil, fmt.Errorf("%s.event_priority.%w", path, err)
 	}
 	params := driver.SourceParams{Source: name, Capture: cs.Capture, Layout: l, Ordering: cs.Ordering == nil || *cs.Ordering,
-		ClaimTimeout: cs.ClaimTimeout.D(), Priority: prio, Metrics: a.metrics}
+		ClaimTimeout: cs.ClaimTimeout.D(), Priority: prio, Metrics: a.metrics, Logger: a.log}
 	st, err := t.Open(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("%s.%w", path, err)

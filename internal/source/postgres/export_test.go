@@ -17,3 +17,17 @@ func CursorAheadSQL(l *layout.Layout, alias, p, orderType string) string {
 
 // PositionOfSQL is the position recorded for source src (an expression).
 func PositionOfSQL(relaySchema, src string) string { return positionOf(QuoteIdent(relaySchema), src) }
+
+// Confirmed is where the stream of a store of capture wal lets its slot
+// confirm now (its watermark), as text; "" when it is not streaming.
+func (s *WALStore) Confirmed() string {
+	s.mu.Lock()
+	r := s.run
+	s.mu.Unlock()
+	if r == nil {
+		return ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.confirmed.String()
+}

@@ -438,26 +438,13 @@ func (w *completion) Acknowledge(_ context.Context, rows []int) error {
 }
 
 func (w *completion) RecordRetries(_ context.Context, rs []source.Retry) error {
-	s := w.b.store
-	w.relay().retries(rs)
-	if s.sql.retryRow != "" {
-		ids, attempts, errs := make([]string, len(rs)), make([]int32, len(rs)), make([]string, len(rs))
-		for i, r := range rs {
-			ids[i], attempts[i], errs[i] = w.b.rows[r.Index].ID, int32(r.Attempts), r.Err
-		}
-		w.q.Queue(s.sql.retryRow, ids, attempts, errs)
-	}
+	w.relay().retriesInTable(w.b.store.sql.retryRow, rs)
 	return nil
 }
 
 func (w *completion) DeadLetter(_ context.Context, ds []source.DeadLetter) error {
 	s := w.b.store
-	ids, reasons, attempts := w.relay().dead(ds)
-	if s.opts.Layout.Mode == "delete" {
-		w.q.Queue(s.sql.dead, ids)
-	} else {
-		w.q.Queue(s.sql.dead, ids, reasons, attempts)
-	}
+	w.relay().deadInTable(s.sql.dead, s.opts.Layout.Mode == "delete", ds)
 	return nil
 }
 
@@ -508,6 +495,30 @@ func (w relayWrites) dead(ds []source.DeadLetter) (ids, reasons []string, attemp
 }
 
 func (w relayWrites) forget(ids []string) { w.q.Queue(w.clearRetry, w.source, ids) }
+
+// retriesInTable queues the retry state of rs and, where the table keeps
+// them (retryRow, see statements), the rows' own retry columns.
+func (w relayWrites) retriesInTable(retryRow string, rs []source.Retry) {
+	w.retries(rs)
+	if retryRow != "" {
+		ids, attempts, errs := make([]string, len(rs)), make([]int32, len(rs)), make([]string, len(rs))
+		for i, r := range rs {
+			ids[i], attempts[i], errs[i] = w.rows[r.Index].ID, int32(r.Attempts), r.Err
+		}
+		w.q.Queue(retryRow, ids, attempts, errs)
+	}
+}
+
+// deadInTable queues the dead letters and their state in the table (dead,
+// see statements): deleted where the layout deletes.
+func (w relayWrites) deadInTable(dead string, deletes bool, ds []source.DeadLetter) {
+	ids, reasons, attempts := w.dead(ds)
+	if deletes {
+		w.q.Queue(dead, ids)
+	} else {
+		w.q.Queue(dead, ids, reasons, attempts)
+	}
+}
 
 // queueLeaseCheck queues the read of lease l in relaySchema; leaseHeld
 // reads its answer. The read takes no lock: a lock on the lease row would
