@@ -172,6 +172,12 @@ type Settler interface {
 	Settle(ctx context.Context, n int, timeout time.Duration) error
 }
 
+// Waker is a store that learns of new rows itself (capture wal's stream):
+// Wake signals that rows may be claimed, in place of the wake-up trigger.
+type Waker interface {
+	Wake() <-chan struct{}
+}
+
 // ClaimAdvisor is a store whose claims may cost more than their batch on
 // this table for want of an index: ClaimAdvice says what to add, or "".
 type ClaimAdvisor interface {

@@ -58,6 +58,9 @@ type WALStore struct {
 	// lease changes, and every write checks it.
 	Fence source.Fence
 
+	// wake signals that the stream released rows.
+	wake chan struct{}
+
 	mu  sync.Mutex
 	run *walRun
 }
@@ -104,6 +107,7 @@ func NewWAL(pool *pgxpool.Pool, o WALOptions) *WALStore {
 		sql:     buildStatements(o.Layout, o.Table.String(), o.RelaySchema, o.Ordering, DefaultClaimTimeout, source.Bucket{}, nil),
 		name:    WALName(o.RelaySchema, o.Source),
 		backlog: walBacklogSQL(o.Layout, o.Table.String(), o.RelaySchema),
+		wake:    make(chan struct{}, 1),
 	}
 }
 
@@ -119,6 +123,9 @@ func OpenWAL(ctx context.Context, pool *pgxpool.Pool, o WALOptions) (*WALStore, 
 
 // Name is the source's publication and replication slot.
 func (s *WALStore) Name() string { return s.name }
+
+// Wake implements driver.Waker: it signals when the stream released rows.
+func (s *WALStore) Wake() <-chan struct{} { return s.wake }
 
 // LeaseFence implements lease.Fenced.
 func (s *WALStore) LeaseFence() *lease.Fence { return &s.Fence }
@@ -249,10 +256,11 @@ func (r *walRun) stop() {
 	<-r.done
 }
 
-// leased fails when the store's lease is no longer the run's.
+// leased ends the run when the store's lease is no longer the run's: the
+// worker of that lease has stopped, and the next holder streams anew.
 func (r *walRun) leased() error {
 	if r.s.Fence.Get() != r.lease {
-		return fmt.Errorf("%w: the stream's lease is no longer the store's", source.ErrLeaseLost)
+		return errWALStopped
 	}
 	return nil
 }

@@ -260,6 +260,7 @@ func (r *walRun) readBacklog(ctx context.Context, snapshot string, cp pglogrepl.
 		wt.left += len(page)
 		r.book.add(wt, page)
 		r.mu.Unlock()
+		signal(s.wake)
 		if len(page) < walPage {
 			break
 		}
@@ -415,6 +416,9 @@ func (r *walRun) receive(ctx context.Context, conn *pgconn.PgConn, retry map[str
 				r.book.add(tx, building)
 				r.advance()
 				r.mu.Unlock()
+				if len(building) > 0 {
+					signal(s.wake)
+				}
 				inTx, building = false, nil
 			}
 		}
