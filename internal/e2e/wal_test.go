@@ -9,10 +9,14 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
+	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
@@ -30,15 +34,8 @@ func TestWALSeed001(t *testing.T) {
 	ctx := context.Background()
 	dsn, pool := pgtest.NewDB(t)
 	pgtest.Exec(t, pool, fixtures.Seed001)
-	slot := postgres.WALName(config.DefaultRelaySchema, "orders")
-	t.Cleanup(func() {
-		// After the relay has stopped (cleanups run last first): a slot
-		// pins WAL, and its database cannot be dropped while it exists.
-		_, _ = pool.Exec(context.Background(), `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
-		if _, err := pool.Exec(context.Background(), `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err != nil {
-			t.Errorf("drop slot %s: %v", slot, err)
-		}
-	})
+	slot := walSlot(pool, "orders")
+	t.Cleanup(func() { dropSlot(t, pool, slot) })
 	seq := map[string]int{}
 	row := func(key string) string {
 		seq[key]++
@@ -55,11 +52,7 @@ func TestWALSeed001(t *testing.T) {
 	col := collect(t, c.ListenAddrs(), "orders")
 	runRelay(t, baseConfig(dsn, c.ListenAddrs(), config.Source{Name: "orders", Table: "public.outbox", Preset: "status",
 		Capture: config.CaptureWAL, BatchSize: 100, Pipeline: 2}))
-	waitFor(t, 30*time.Second, "the relay streams its slot", func() (bool, string) {
-		var active bool
-		err := pool.QueryRow(ctx, `SELECT active FROM pg_replication_slots WHERE slot_name = $1`, slot).Scan(&active)
-		return err == nil && active, fmt.Sprint(err)
-	})
+	walStreaming(t, pool, "orders")
 	for i := range txs {
 		key := fmt.Sprintf("key-%02d", i%keys)
 		err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -114,4 +107,131 @@ func TestWALSeed001(t *testing.T) {
 			slot, end).Scan(&ok, &at)
 		return err == nil && ok, fmt.Sprintf("at %s, want %s (%v)", at, end, err)
 	})
+}
+
+// walStreaming waits until the source's slot is streamed (its walsender
+// streams: the slot's snapshot was read, and a row inserted from now on
+// comes from the stream).
+func walStreaming(t *testing.T, pool *pgxpool.Pool, src string) string {
+	t.Helper()
+	slot := walSlot(pool, src)
+	waitFor(t, 30*time.Second, "the relay streams its slot", func() (bool, string) {
+		var state string
+		err := pool.QueryRow(context.Background(), `SELECT r.state FROM pg_replication_slots s
+JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = $1`, slot).Scan(&state)
+		return err == nil && state == "streaming", fmt.Sprint(state, err)
+	})
+	return slot
+}
+
+// TestWALBadRowsAndRetries: rows that come from the stream and can never be
+// published (invalid JSON in a text payload, a NULL topic) are
+// dead-lettered with their reason, as polling does, and deleted (the layout
+// deletes); a row whose topic does not exist yet backs off, its key held
+// (the key's next row waits), and both are delivered once the topic
+// exists; the other rows flow around them.
+func TestWALBadRowsAndRetries(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, `CREATE SCHEMA app;
+CREATE TABLE app.events (
+  id BIGSERIAL PRIMARY KEY,
+  topic TEXT,
+  msg_key TEXT,
+  body TEXT NOT NULL,
+  kind TEXT NOT NULL DEFAULT 'thing.happened',
+  created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+)`)
+	c := kafkaCluster(t, kfake.SeedTopics(2, "things"))
+	brokers := c.ListenAddrs()
+	col := collect(t, brokers, "things", "later")
+	cfg := baseConfig(dsn, brokers, config.Source{
+		Name: "app", Table: "app.events", Capture: config.CaptureWAL,
+		Layout: layout.Spec{
+			ID: "id", Payload: "body", PayloadFormat: "json", Topic: "{topic}", Key: "{msg_key}",
+			EventType: "kind", CreatedAt: "created_at", State: layout.State{Mode: "delete"},
+		},
+		Backoff: config.Backoff{Initial: config.Duration(200 * time.Millisecond), Max: config.Duration(500 * time.Millisecond)},
+	})
+	t.Cleanup(func() { dropSlot(t, pool, walSlot(pool, "app")) }) // after the relay stops
+	a, _ := runApp(t, cfg)
+	walStreaming(t, pool, "app")
+	rows := []struct{ name, topic, key, body, reason string }{
+		{"good1", "things", "a", `{"ok": 1}`, ""},
+		{"badjson", "things", "b", `{"ok": 2`, "invalid payload: not valid JSON"},
+		{"nulltopic", "", "c", `{"ok": 3}`, "missing topic"},
+		{"first", "later", "held", `{"ok": 4}`, ""},
+		{"second", "things", "held", `{"ok": 5}`, ""},
+		{"good2", "things", "d", `{"ok": 6}`, ""},
+	}
+	ids := map[string]string{}
+	for _, r := range rows {
+		var id string
+		if err := pool.QueryRow(ctx, "INSERT INTO app.events (topic, msg_key, body) VALUES (NULLIF($1, ''), $2, $3) RETURNING id::text", r.topic, r.key, r.body).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		ids[r.name] = id
+	}
+	waitFor(t, 30*time.Second, "the good rows delivered, two dead letters, the missing topic's row retried", func() (bool, string) {
+		var dead int
+		_ = pool.QueryRow(ctx, "SELECT count(*) FROM outbox_relay.failed_events").Scan(&dead)
+		got := distinct(col.records())
+		retried := gathered(t, a, "outbox_relay_events_retried_total", "source", "app")
+		return got[ids["good1"]] != nil && got[ids["good2"]] != nil && dead == 2 && retried > 0,
+			fmt.Sprintf("%d delivered, %d dead letters, %v retries", len(got), dead, retried)
+	})
+	if got := distinct(col.records()); got[ids["first"]] != nil || got[ids["second"]] != nil {
+		t.Fatalf("the held key's rows went before the topic exists: first %v, second %v", got[ids["first"]] != nil, got[ids["second"]] != nil)
+	}
+	var attempts int
+	if err := pool.QueryRow(ctx, `SELECT attempts FROM outbox_relay.retry_state WHERE source = 'app' AND event_id = $1`, ids["first"]).Scan(&attempts); err != nil || attempts < 1 {
+		t.Fatalf("the retried row's retry state: %d attempts (%v)", attempts, err)
+	}
+	for _, r := range rows {
+		if r.reason == "" {
+			continue
+		}
+		var reason, rowData string
+		err := pool.QueryRow(ctx, `SELECT failure_reason, row_data->>'msg_key' FROM outbox_relay.failed_events WHERE original_event_id = $1`,
+			ids[r.name]).Scan(&reason, &rowData)
+		if err != nil {
+			t.Fatalf("%s: %v", r.name, err)
+		}
+		if !strings.Contains(reason, r.reason) || rowData != r.key {
+			t.Errorf("%s: reason %q, row_data's msg_key %q; want %q and %q", r.name, reason, rowData, r.reason, r.key)
+		}
+	}
+	cl, err := kgo.NewClient(kgo.SeedBrokers(brokers...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	if _, err := kadm.NewClient(cl).CreateTopic(ctx, 1, 1, nil, "later"); err != nil {
+		t.Fatal(err)
+	}
+	col.waitDistinct(t, 4, 30*time.Second)
+	got := distinct(col.records())
+	if t1, t2 := got[ids["first"]].Timestamp, got[ids["second"]].Timestamp; t2.Before(t1) {
+		t.Fatalf("the held key's second row was produced at %v, before its first at %v", t2, t1)
+	}
+	waitFor(t, 30*time.Second, "every row left the table", func() (bool, string) {
+		var left int
+		_ = pool.QueryRow(ctx, "SELECT count(*) FROM app.events").Scan(&left)
+		return left == 0, fmt.Sprintf("%d left", left)
+	})
+}
+
+// walSlot is the replication slot of source src of pool's database.
+func walSlot(pool *pgxpool.Pool, src string) string {
+	return postgres.WALSlotName(pool.Config().ConnConfig.Database, config.DefaultRelaySchema, src)
+}
+
+// dropSlot drops a replication slot, ending the session that streams it.
+func dropSlot(t *testing.T, pool *pgxpool.Pool, slot string) {
+	ctx := context.Background()
+	_, _ = pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, slot)
+	if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, slot); err != nil {
+		t.Errorf("drop slot %s: %v", slot, err)
+	}
 }

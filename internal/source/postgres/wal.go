@@ -20,8 +20,10 @@ import (
 // WALStore is the store of a source read by capture wal: the table's
 // inserts come from PostgreSQL's logical replication instead of claims.
 //
-// Each source has a publication of its table, inserts only, and a logical
-// replication slot (pgoutput), both named WALName(relay schema, source).
+// Each source has a publication of its table, inserts only, named
+// WALName(relay schema, source), and a logical replication slot (pgoutput)
+// named WALSlotName(database, relay schema, source): slots are the
+// server's, publications their database's.
 // The holder of the source's lease streams the slot from its confirmed
 // position: each transaction's inserts into the table are assembled and
 // released at its Commit, in commit order, its rows in the order they were
@@ -51,9 +53,9 @@ type WALStore struct {
 	pool *pgxpool.Pool
 	opts WALOptions
 	sql  statements
-	// name is the publication's and the slot's; backlog reads a page of the
-	// pending rows in the slot's snapshot.
-	name, backlog string
+	// name is the publication's, slot the replication slot's; backlog
+	// reads the pending rows in the slot's snapshot.
+	name, slot, backlog string
 	// Fence binds the stream to the lease it runs under: it stops when the
 	// lease changes, and every write checks it.
 	Fence source.Fence
@@ -106,6 +108,7 @@ func NewWAL(pool *pgxpool.Pool, o WALOptions) *WALStore {
 	return &WALStore{pool: pool, opts: o,
 		sql:     buildStatements(o.Layout, o.Table.String(), o.RelaySchema, o.Ordering, DefaultClaimTimeout, source.Bucket{}, nil),
 		name:    WALName(o.RelaySchema, o.Source),
+		slot:    WALSlotName(o.Conn.Database, o.RelaySchema, o.Source),
 		backlog: walBacklogSQL(o.Layout, o.Table.String(), o.RelaySchema),
 		wake:    make(chan struct{}, 1),
 	}
@@ -121,8 +124,11 @@ func OpenWAL(ctx context.Context, pool *pgxpool.Pool, o WALOptions) (*WALStore, 
 	return s, nil
 }
 
-// Name is the source's publication and replication slot.
+// Name is the source's publication.
 func (s *WALStore) Name() string { return s.name }
+
+// Slot is the source's replication slot.
+func (s *WALStore) Slot() string { return s.slot }
 
 // Wake implements driver.Waker: it signals when the stream released rows.
 func (s *WALStore) Wake() <-chan struct{} { return s.wake }
@@ -237,7 +243,7 @@ func (r *walRun) fail(err error) {
 	if r.failed == nil {
 		r.failed = err
 		if !errors.Is(err, errWALStopped) && !errors.Is(err, context.Canceled) {
-			r.s.opts.Logger.Warn("wal stream ended", "source", r.s.opts.Source, "slot", r.s.name, "err", err)
+			r.s.opts.Logger.Warn("wal stream ended", "source", r.s.opts.Source, "slot", r.s.slot, "err", err)
 		}
 	}
 	r.mu.Unlock()

@@ -31,8 +31,23 @@ func WALName(relaySchema, source string) string {
 	if name == raw && len(name) <= maxWALName {
 		return name
 	}
+	return withHash(name, relaySchema+"\x00"+source)
+}
+
+// WALSlotName is the name of the replication slot of a source read by
+// capture wal: WALName cut to 54 bytes, then "_" and 8 hex digits of a hash
+// of the database's name, the relay's schema and the source's name. Slots
+// are the server's, not a database's: two databases of one server may each
+// have a source of the same name ("outbox_relay_orders_5be0a7c2").
+func WALSlotName(database, relaySchema, source string) string {
+	return withHash(WALName(relaySchema, source), database+"\x00"+relaySchema+"\x00"+source)
+}
+
+// withHash cuts name to leave room for "_" and 8 hex digits of a hash of
+// of, and appends them.
+func withHash(name, of string) string {
 	h := fnv.New32a()
-	h.Write([]byte(relaySchema + "\x00" + source))
+	h.Write([]byte(of))
 	suffix := fmt.Sprintf("_%08x", h.Sum32())
 	return name[:min(len(name), maxWALName-len(suffix))] + suffix
 }

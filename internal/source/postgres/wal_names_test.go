@@ -26,4 +26,8 @@ func TestWALName(t *testing.T) {
 		}
 		seen[got] = src
 	}
+	a, b := WALSlotName("shop_1", "outbox_relay", "orders"), WALSlotName("shop_2", "outbox_relay", "orders")
+	if a == b || !strings.HasPrefix(a, "outbox_relay_orders_") || len(a) > maxWALName {
+		t.Errorf("slots of two databases: %q and %q", a, b)
+	}
 }

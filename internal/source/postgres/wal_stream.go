@@ -81,15 +81,15 @@ func (r *walRun) stream(ctx context.Context) error {
 		return err
 	}
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{"proto_version '1'", "publication_names '" + s.name + "'"}}
-	err = pglogrepl.StartReplication(ctx, conn, s.name, start, opts)
+	err = pglogrepl.StartReplication(ctx, conn, s.slot, start, opts)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55006" {
 		// A deposed holder still streams the slot: this holder ends it.
 		if err = r.endOtherStream(ctx); err == nil {
-			err = pglogrepl.StartReplication(ctx, conn, s.name, start, opts)
+			err = pglogrepl.StartReplication(ctx, conn, s.slot, start, opts)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("start replication on slot %s: %w", s.name, err)
+		return fmt.Errorf("start replication on slot %s: %w", s.slot, err)
 	}
 	r.mu.Lock()
 	r.confirmed = max(r.confirmed, start)
@@ -133,12 +133,16 @@ func (r *walRun) prepare(ctx context.Context, conn *pgconn.PgConn) (pglogrepl.LS
 		confirmed *string
 		comment   *string
 	)
-	err := s.pool.QueryRow(ctx, `SELECT s.confirmed_flush_lsn::text,
-  (SELECT obj_description(p.oid, 'pg_publication') FROM pg_publication p WHERE p.pubname = $1)
-FROM pg_replication_slots s WHERE s.slot_name = $1`, s.name).Scan(&confirmed, &comment)
+	var database string
+	err := s.pool.QueryRow(ctx, `SELECT s.confirmed_flush_lsn::text, s.database,
+  (SELECT obj_description(p.oid, 'pg_publication') FROM pg_publication p WHERE p.pubname = $2)
+FROM pg_replication_slots s WHERE s.slot_name = $1`, s.slot, s.name).Scan(&confirmed, &database, &comment)
 	found := err == nil
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-		return 0, fmt.Errorf("slot %s: %w", s.name, err)
+		return 0, fmt.Errorf("slot %s: %w", s.slot, err)
+	}
+	if found && database != s.opts.Conn.Database {
+		return 0, fmt.Errorf("slot %s: it belongs to database %s, not %s", s.slot, database, s.opts.Conn.Database)
 	}
 	if found && confirmed != nil && comment != nil && *comment == walBacklogDone {
 		return pglogrepl.ParseLSN(*confirmed)
@@ -147,27 +151,27 @@ FROM pg_replication_slots s WHERE s.slot_name = $1`, s.name).Scan(&confirmed, &c
 		// The rows pending when it was made were not all settled: it is
 		// made again, and the rows pending now read in its snapshot.
 		s.opts.Logger.Warn("replication slot made again: the rows pending when it was made were not all relayed",
-			"source", s.opts.Source, "slot", s.name)
+			"source", s.opts.Source, "slot", s.slot)
 		if err := r.endOtherStream(ctx); err != nil {
 			return 0, err
 		}
-		if _, err := s.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.name); err != nil {
-			return 0, fmt.Errorf("drop slot %s: %w", s.name, err)
+		if _, err := s.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.slot); err != nil {
+			return 0, fmt.Errorf("drop slot %s: %w", s.slot, err)
 		}
 	}
 	if err := r.comment(ctx, walBacklogPending); err != nil {
 		return 0, err
 	}
-	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, s.name, "pgoutput",
+	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, s.slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
 	if err != nil {
-		return 0, fmt.Errorf("create slot %s: %w", s.name, err)
+		return 0, fmt.Errorf("create slot %s: %w", s.slot, err)
 	}
 	cp, err := pglogrepl.ParseLSN(res.ConsistentPoint)
 	if err != nil {
-		return 0, fmt.Errorf("create slot %s: %w", s.name, err)
+		return 0, fmt.Errorf("create slot %s: %w", s.slot, err)
 	}
-	s.opts.Logger.Info("replication slot created", "source", s.opts.Source, "slot", s.name, "consistent_point", cp.String())
+	s.opts.Logger.Info("replication slot created", "source", s.opts.Source, "slot", s.slot, "consistent_point", cp.String())
 	if err := r.readBacklog(ctx, res.SnapshotName, cp); err != nil {
 		return 0, err
 	}
@@ -178,9 +182,9 @@ FROM pg_replication_slots s WHERE s.slot_name = $1`, s.name).Scan(&confirmed, &c
 // deposed holder's.
 func (r *walRun) endOtherStream(ctx context.Context) error {
 	_, err := r.s.pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots
-WHERE slot_name = $1 AND active_pid IS NOT NULL`, r.s.name)
+WHERE slot_name = $1 AND active_pid IS NOT NULL`, r.s.slot)
 	if err != nil {
-		return fmt.Errorf("end the stream of slot %s: %w", r.s.name, err)
+		return fmt.Errorf("end the stream of slot %s: %w", r.s.slot, err)
 	}
 	return nil
 }

@@ -34,7 +34,7 @@ func walSeed001(t *testing.T) (string, *pgxpool.Pool) {
 func dropSlotAtEnd(t *testing.T, pool *pgxpool.Pool, src string) {
 	t.Cleanup(func() {
 		ctx := context.Background()
-		name := postgres.WALName(relaySchema, src)
+		name := postgres.WALSlotName(pool.Config().ConnConfig.Database, relaySchema, src)
 		_, _ = pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots WHERE slot_name = $1 AND active_pid IS NOT NULL`, name)
 		if _, err := pool.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = $1`, name); err != nil {
 			t.Errorf("drop slot %s: %v", name, err)
@@ -165,10 +165,10 @@ func slotBefore(t *testing.T, pool *pgxpool.Pool, st *postgres.WALStore, lsn str
 	t.Helper()
 	mem := st.Confirmed()
 	waitFor(t, pool, "the slot confirms what the store sends ("+mem+")",
-		`SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, st.Name(), mem)
+		`SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, st.Slot(), mem)
 	var before bool
 	if err := pool.QueryRow(context.Background(), `SELECT confirmed_flush_lsn <= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`,
-		st.Name(), lsn).Scan(&before); err != nil {
+		st.Slot(), lsn).Scan(&before); err != nil {
 		t.Fatal(err)
 	}
 	if !before {
@@ -239,7 +239,7 @@ WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '
 		t.Fatal(err)
 	}
 	waitFor(t, pool, "the slot confirms past c's transaction",
-		`SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, st.Name(), l2)
+		`SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, st.Slot(), l2)
 	var pending int
 	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status <> 'published'`).Scan(&pending); err != nil {
 		t.Fatal(err)
@@ -345,7 +345,8 @@ func TestWALWholeTransactions(t *testing.T) {
 	if b, err := st.Claim(ctx, 10); err != nil || b != nil {
 		t.Fatalf("claim of an empty table: %v, %v", b, err)
 	}
-	waitFor(t, pool, "the slot exists", `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active)`, st.Name())
+	waitFor(t, pool, "the slot is streamed", `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s
+JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = $1 AND r.state = 'streaming')`, st.Slot())
 	const n = 20000
 	pgtest.Exec(t, pool, fmt.Sprintf(`INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, partition_key, payload)
 SELECT 'order', gen_random_uuid(), 'order.created', 'orders', 'k', jsonb_build_object('n', lpad(i::text, 6, '0'))
