@@ -54,8 +54,9 @@ type WALStore struct {
 	opts WALOptions
 	sql  statements
 	// name is the publication's, slot the replication slot's; backlog
-	// reads the pending rows in the slot's snapshot.
-	name, slot, backlog string
+	// reads the pending rows in the slot's snapshot, pending which of the
+	// rows with ids $1 are.
+	name, slot, backlog, pending string
 	// Fence binds the stream to the lease it runs under: it stops when the
 	// lease changes, and every write checks it.
 	Fence source.Fence
@@ -110,6 +111,7 @@ func NewWAL(pool *pgxpool.Pool, o WALOptions) *WALStore {
 		name:    WALName(o.RelaySchema, o.Source),
 		slot:    WALSlotName(o.Conn.Database, o.RelaySchema, o.Source),
 		backlog: walBacklogSQL(o.Layout, o.Table.String(), o.RelaySchema),
+		pending: walPendingSQL(o.Layout, o.Table.String()),
 		wake:    make(chan struct{}, 1),
 	}
 }
@@ -213,6 +215,9 @@ type walRun struct {
 	// transaction passed by the watermark, or the stream's position while
 	// nothing is held.
 	confirmed pglogrepl.LSN
+	// replayUntil is where the WAL stood when the stream resumed from
+	// the slot: transactions that end before it may be brought again.
+	replayUntil pglogrepl.LSN
 	// room wakes the stream when rows settle, written the writer when rows
 	// are delivered, moved the stream when confirmed moves.
 	room, written, moved chan struct{}

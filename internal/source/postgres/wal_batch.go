@@ -30,6 +30,12 @@ func walBacklogSQL(l *layout.Layout, table, relaySchema string) string {
 		" ORDER BY " + strings.Join(order, ", ")
 }
 
+// walPendingSQL selects which of the rows with ids $1 are pending in table.
+func walPendingSQL(l *layout.Layout, table string) string {
+	id := sq.Col("o", l.ID.Name)
+	return "SELECT " + id + "::text FROM " + table + " o WHERE " + id + " = ANY($1::text[]::" + l.ID.Type + "[]) AND " + sq.Pending(l, "o")
+}
+
 // fenced runs the statements body queues in one transaction behind the
 // check of lease l (nil: none), in one round trip: a lost lease fails the
 // check, and nothing behind it commits.

@@ -145,6 +145,16 @@ FROM pg_replication_slots s WHERE s.slot_name = $1`, s.slot, s.name).Scan(&confi
 		return 0, fmt.Errorf("slot %s: it belongs to database %s, not %s", s.slot, database, s.opts.Conn.Database)
 	}
 	if found && confirmed != nil && comment != nil && *comment == walBacklogDone {
+		// Transactions the slot brings again may have rows a previous
+		// holder settled (the slot waits for the oldest row not settled):
+		// up to where the WAL is now, only the rows still pending go on.
+		var now string
+		if err := s.pool.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&now); err != nil {
+			return 0, fmt.Errorf("slot %s: %w", s.slot, err)
+		}
+		if r.replayUntil, err = pglogrepl.ParseLSN(now); err != nil {
+			return 0, err
+		}
 		return pglogrepl.ParseLSN(*confirmed)
 	}
 	if found {
@@ -414,6 +424,11 @@ func (r *walRun) receive(ctx context.Context, conn *pgconn.PgConn, retry map[str
 				}
 				building = append(building, w)
 			case *pglogrepl.CommitMessage:
+				if len(building) > 0 && m.TransactionEndLSN <= r.replayUntil {
+					if building, err = r.stillPending(ctx, building); err != nil {
+						return err
+					}
+				}
 				tx := &walTx{end: m.TransactionEndLSN, left: len(building)}
 				r.mu.Lock()
 				r.book.open(tx)
@@ -427,4 +442,33 @@ func (r *walRun) receive(ctx context.Context, conn *pgconn.PgConn, retry map[str
 			}
 		}
 	}
+}
+
+// stillPending keeps the rows of a transaction the slot brought again that
+// are still pending in the table: a previous holder may have settled the
+// others (written them published, dead-lettered them, deleted them).
+func (r *walRun) stillPending(ctx context.Context, rows []*walRow) ([]*walRow, error) {
+	ids := make([]string, len(rows))
+	for i, w := range rows {
+		ids[i] = w.row.ID
+	}
+	res, err := r.s.pool.Query(ctx, r.s.pending, ids)
+	if err != nil {
+		return nil, fmt.Errorf("rows brought again: %w", err)
+	}
+	pending, err := pgx.CollectRows(res, pgx.RowTo[string])
+	if err != nil {
+		return nil, fmt.Errorf("rows brought again: %w", err)
+	}
+	keep := make(map[string]bool, len(pending))
+	for _, id := range pending {
+		keep[id] = true
+	}
+	out := rows[:0]
+	for _, w := range rows {
+		if keep[w.row.ID] {
+			out = append(out, w)
+		}
+	}
+	return out, nil
 }
