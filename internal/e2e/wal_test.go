@@ -16,7 +16,6 @@ import (
 
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/fixtures"
-	"github.com/outbox-relay/outbox-relay/internal/layout"
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 	"github.com/outbox-relay/outbox-relay/internal/source/postgres"
 )
@@ -134,24 +133,13 @@ func TestWALBadRowsAndRetries(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn, pool := pgtest.NewDB(t)
-	pgtest.Exec(t, pool, `CREATE SCHEMA app;
-CREATE TABLE app.events (
-  id BIGSERIAL PRIMARY KEY,
-  topic TEXT,
-  msg_key TEXT,
-  body TEXT NOT NULL,
-  kind TEXT NOT NULL DEFAULT 'thing.happened',
-  created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
-)`)
+	pgtest.Exec(t, pool, appEventsDDL)
 	c := kafkaCluster(t, kfake.SeedTopics(2, "things"))
 	brokers := c.ListenAddrs()
 	col := collect(t, brokers, "things", "later")
 	cfg := baseConfig(dsn, brokers, config.Source{
 		Name: "app", Table: "app.events", Capture: config.CaptureWAL,
-		Layout: layout.Spec{
-			ID: "id", Payload: "body", PayloadFormat: "json", Topic: "{topic}", Key: "{msg_key}",
-			EventType: "kind", CreatedAt: "created_at", State: layout.State{Mode: "delete"},
-		},
+		Layout:  appEventsLayout,
 		Backoff: config.Backoff{Initial: config.Duration(200 * time.Millisecond), Max: config.Duration(500 * time.Millisecond)},
 	})
 	t.Cleanup(func() { dropSlot(t, pool, walSlot(pool, "app")) }) // after the relay stops

@@ -42,22 +42,20 @@ func dropSlotAtEnd(t *testing.T, pool *pgxpool.Pool, src string) {
 	})
 }
 
+// walSource is seed 001's outbox in a new database and the store of
+// source src on it, its slot dropped at the end.
+func walSource(t *testing.T, src string) (string, *pgxpool.Pool, *postgres.WALStore) {
+	t.Helper()
+	dsn, pool := walSeed001(t)
+	dropSlotAtEnd(t, pool, src)
+	return dsn, pool, newWALStore(t, dsn, pool, src)
+}
+
 // newWALStore opens the store of seed 001's outbox read by capture wal,
 // closed when the test ends.
 func newWALStore(t *testing.T, dsn string, pool *pgxpool.Pool, src string) *postgres.WALStore {
 	t.Helper()
-	merged, explicit, err := layout.Merge("status", layout.Spec{}, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cols, err := postgres.Columns(context.Background(), pool, seed001Table)
-	if err != nil {
-		t.Fatal(err)
-	}
-	l, err := layout.Resolve(merged, explicit, seed001Table.String(), cols)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := resolveLayout(t, pool, seed001Table, "status", layout.Spec{})
 	cfg, err := pgconn.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
@@ -240,13 +238,7 @@ WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE '
 	}
 	waitFor(t, pool, "the slot confirms past c's transaction",
 		`SELECT confirmed_flush_lsn >= $2::pg_lsn FROM pg_replication_slots WHERE slot_name = $1`, st.Slot(), l2)
-	var pending int
-	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox WHERE status <> 'published'`).Scan(&pending); err != nil {
-		t.Fatal(err)
-	}
-	if pending != 0 {
-		t.Fatalf("%d rows not marked published", pending)
-	}
+	waitFor(t, pool, "every row is marked published", `SELECT count(*) = 0 FROM outbox WHERE status <> 'published'`)
 }
 
 // TestWALResume: the store's connections are killed mid-way; the store
@@ -339,9 +331,7 @@ func seq(n int) []int {
 func TestWALWholeTransactions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn, pool := walSeed001(t)
-	dropSlotAtEnd(t, pool, "whole")
-	st := newWALStore(t, dsn, pool, "whole")
+	_, pool, st := walSource(t, "whole")
 	if b, err := st.Claim(ctx, 10); err != nil || b != nil {
 		t.Fatalf("claim of an empty table: %v, %v", b, err)
 	}
@@ -382,9 +372,7 @@ FROM generate_series(1, %d) i`, n))
 func TestWALResumeSkipsSettled(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	dsn, pool := walSeed001(t)
-	dropSlotAtEnd(t, pool, "skip")
-	st := newWALStore(t, dsn, pool, "skip")
+	dsn, pool, st := walSource(t, "skip")
 	if _, err := st.Claim(ctx, 10); err != nil {
 		t.Fatal(err)
 	}
