@@ -1,6 +1,7 @@
 package postgres
 
 import (
+	"slices"
 	"time"
 
 	"github.com/jackc/pglogrepl"
@@ -55,7 +56,9 @@ type walRow struct {
 type walBook struct {
 	ordering bool
 	rows     []*walRow
-	txs      []*walTx
+	// done counts the settled rows still in rows (behind one that is not).
+	done int
+	txs  []*walTx
 	// written are the delivered rows whose table write is due.
 	written []*walRow
 }
@@ -73,9 +76,8 @@ func (b *walBook) add(tx *walTx, rows []*walRow) {
 // waits for.
 func (b *walBook) open(tx *walTx) { b.txs = append(b.txs, tx) }
 
-// held is how many rows the book holds (not yet settled, or settled
-// behind one that is not).
-func (b *walBook) held() int { return len(b.rows) }
+// held is how many rows the book holds not yet settled.
+func (b *walBook) held() int { return len(b.rows) - b.done }
 
 // claim takes up to limit rows in stream order: queued rows, and retried
 // rows whose retry is due. Rows in flight, delivered or settled are passed
@@ -163,6 +165,7 @@ func (b *walBook) settle(rows []*walRow) {
 		r.state = rowDone
 		r.tx.left--
 	}
+	b.done += len(rows)
 	n := 0
 	for n < len(b.rows) && b.rows[n].state == rowDone {
 		n++
@@ -170,6 +173,13 @@ func (b *walBook) settle(rows []*walRow) {
 	if n > 0 {
 		clear(b.rows[:n])
 		b.rows = b.rows[n:]
+		b.done -= n
+	}
+	if b.done > 1024 && 2*b.done > len(b.rows) {
+		// Settled rows behind one that backs off: their transactions wait
+		// for it, they need not.
+		b.rows = slices.DeleteFunc(b.rows, func(r *walRow) bool { return r.state == rowDone })
+		b.done = 0
 	}
 }
 

@@ -98,3 +98,29 @@ func TestWALBookWatermark(t *testing.T) {
 		t.Fatalf("book not empty: %d rows, idle %v", b.held(), b.idle())
 	}
 }
+
+// TestWALBookBounded: a row backing off keeps its transaction and those
+// after it from the slot, not the rows settled after it in memory: the
+// stream's bound counts the rows not settled.
+func TestWALBookBounded(t *testing.T) {
+	t.Parallel()
+	b := &walBook{ordering: true}
+	first := bookRows("a")
+	tx := &walTx{end: 1, left: 1}
+	b.open(tx)
+	b.add(tx, first)
+	b.backOff(b.claim(1, time.Now())[0], 1, time.Now().Add(time.Hour))
+	for i := range 5000 {
+		tx := &walTx{end: pglogrepl.LSN(i + 2), left: 1}
+		rows := bookRows("b")
+		b.open(tx)
+		b.add(tx, rows)
+		b.settle(b.claim(1, time.Now()))
+	}
+	if b.held() != 1 || len(b.rows) > 2048 {
+		t.Fatalf("held %d, %d rows kept; want the one backing off and few settled", b.held(), len(b.rows))
+	}
+	if end, _ := b.advance(); end != 0 {
+		t.Fatalf("advance past the row backing off: %v", end)
+	}
+}

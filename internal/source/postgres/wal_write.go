@@ -20,25 +20,40 @@ const walWriteMax = 5000
 // snapshot's rows are all settled it writes the publication's comment
 // that says so, before the slot may confirm past them.
 func (r *walRun) write(ctx context.Context) error {
-	t := time.NewTicker(r.s.opts.FlushEvery)
-	defer t.Stop()
+	every := r.s.opts.FlushEvery
+	wait := every
 	for {
 		select {
 		case <-ctx.Done():
+			// The rows delivered last are written still, while the lease
+			// is: else the next stream brings them again.
+			fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), walFinalWrite)
+			defer cancel()
+			_ = r.writeDue(fctx)
 			return nil
-		case <-t.C:
+		case <-time.After(wait):
 		}
-		if err := r.writeDue(ctx); err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			if errors.Is(err, source.ErrLeaseLost) {
-				return err
-			}
-			r.s.opts.Logger.Warn("table write of delivered rows failed; tried again", "source", r.s.opts.Source, "err", err)
+		err := r.writeDue(ctx)
+		switch {
+		case err == nil:
+			wait = every
+		case ctx.Err() != nil:
+		case errors.Is(err, source.ErrLeaseLost):
+			return err
+		default:
+			wait = min(2*wait, walWriteMaxWait)
+			r.s.opts.Logger.Warn("table write of delivered rows failed; tried again", "source", r.s.opts.Source,
+				"retry_in", wait, "err", err)
 		}
 	}
 }
+
+// walFinalWrite bounds the last table write of a stream that stops, and
+// walWriteMaxWait the wait after failed ones.
+const (
+	walFinalWrite   = 5 * time.Second
+	walWriteMaxWait = 5 * time.Second
+)
 
 // writeDue writes the delivered rows due and the comment when due.
 func (r *walRun) writeDue(ctx context.Context) error {
