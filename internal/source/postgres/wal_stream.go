@@ -24,6 +24,9 @@ const (
 // walPage is how many pending rows a read of the slot's snapshot takes.
 const walPage = 1000
 
+// walLeaseEvery is how often a stream checks its lease.
+const walLeaseEvery = time.Second
+
 // EnsurePublication creates the source's publication when it is missing:
 // the source's table alone, inserts alone. Replicas may race to create it:
 // the one that loses finds it made.
@@ -157,20 +160,23 @@ FROM pg_replication_slots s WHERE s.slot_name = $1`, s.slot, s.name).Scan(&confi
 		}
 		return pglogrepl.ParseLSN(*confirmed)
 	}
+	// The comment says the slot's rows are not yet relayed; a slot found
+	// without the comment that they are is made again, and the rows
+	// pending now read in its snapshot. Under the lease's check: a
+	// deposed holder drops nothing.
+	err = s.fenced(ctx, r.lease, func(q *pgx.Batch) {
+		if found {
+			q.Queue(walEndStreamSQL, s.slot)
+			q.Queue(`SELECT pg_drop_replication_slot($1)`, s.slot)
+		}
+		q.Queue("COMMENT ON PUBLICATION " + QuoteIdent(s.name) + " IS " + quoteLiteral(walBacklogPending))
+	})
+	if err != nil {
+		return 0, fmt.Errorf("slot %s: make it anew: %w", s.slot, err)
+	}
 	if found {
-		// The rows pending when it was made were not all settled: it is
-		// made again, and the rows pending now read in its snapshot.
 		s.opts.Logger.Warn("replication slot made again: the rows pending when it was made were not all relayed",
 			"source", s.opts.Source, "slot", s.slot)
-		if err := r.endOtherStream(ctx); err != nil {
-			return 0, err
-		}
-		if _, err := s.pool.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.slot); err != nil {
-			return 0, fmt.Errorf("drop slot %s: %w", s.slot, err)
-		}
-	}
-	if err := r.comment(ctx, walBacklogPending); err != nil {
-		return 0, err
 	}
 	res, err := pglogrepl.CreateReplicationSlot(ctx, conn, s.slot, "pgoutput",
 		pglogrepl.CreateReplicationSlotOptions{Mode: pglogrepl.LogicalReplication, SnapshotAction: "EXPORT_SNAPSHOT"})
@@ -188,11 +194,15 @@ FROM pg_replication_slots s WHERE s.slot_name = $1`, s.slot, s.name).Scan(&confi
 	return cp, nil
 }
 
-// endOtherStream ends the session that streams the slot, if any: a
-// deposed holder's.
+// walEndStreamSQL ends the session that streams slot $1, if any, and waits
+// until it has.
+const walEndStreamSQL = `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots
+WHERE slot_name = $1 AND active_pid IS NOT NULL`
+
+// endOtherStream ends the session that streams the slot, a deposed
+// holder's, under the lease's check.
 func (r *walRun) endOtherStream(ctx context.Context) error {
-	_, err := r.s.pool.Exec(ctx, `SELECT pg_terminate_backend(active_pid, 5000) FROM pg_replication_slots
-WHERE slot_name = $1 AND active_pid IS NOT NULL`, r.s.slot)
+	err := r.s.fenced(ctx, r.lease, func(q *pgx.Batch) { q.Queue(walEndStreamSQL, r.s.slot) })
 	if err != nil {
 		return fmt.Errorf("end the stream of slot %s: %w", r.s.slot, err)
 	}
@@ -317,10 +327,19 @@ func (r *walRun) receive(ctx context.Context, conn *pgconn.PgConn, retry map[str
 		sent     pglogrepl.LSN
 		reply    bool
 		next     time.Time
+		checked  = time.Now()
 	)
 	for {
 		if err := r.leased(); err != nil {
 			return err
+		}
+		if r.lease != nil && time.Since(checked) >= walLeaseEvery {
+			// A deposed holder stops handing rows out within a second,
+			// before its renewals tell it.
+			if err := s.fenced(ctx, r.lease, func(*pgx.Batch) {}); err != nil {
+				return fmt.Errorf("check the lease: %w", err)
+			}
+			checked = time.Now()
 		}
 		r.mu.Lock()
 		confirmed, full := r.confirmed, r.book.held() >= s.opts.MaxRows

@@ -1,7 +1,9 @@
 package postgres_test
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -60,7 +62,7 @@ func newWALStore(t *testing.T, dsn string, pool *pgxpool.Pool, src string) *post
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.RuntimeParams["application_name"] = "outbox-relay wal test"
+	cfg.RuntimeParams["application_name"] = cmp.Or(pool.Config().ConnConfig.RuntimeParams["application_name"], "outbox-relay wal test")
 	st := postgres.NewWAL(pool, postgres.WALOptions{Source: src, Table: seed001Table, RelaySchema: relaySchema,
 		Layout: l, Ordering: true, Conn: cfg, FlushEvery: 20 * time.Millisecond, StatusEvery: 50 * time.Millisecond})
 	t.Cleanup(st.Close)
@@ -404,4 +406,70 @@ func TestWALResumeSkipsSettled(t *testing.T) {
 	if got := names(b.Rows()); strings.Join(got, " ") != "c1" {
 		t.Fatalf("after the resume: %v, want c1 alone (b1 and b2 were delivered, a1 waits an hour)", got)
 	}
+}
+
+// TestWALDeposedHolderFenced: a holder deposed while its batch is out
+// records nothing of it, claims nothing more, and neither drops nor ends the
+// new holder's slot; the new holder relays every row.
+func TestWALDeposedHolderFenced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := walSeed001(t)
+	dropSlotAtEnd(t, pool, "fence")
+	for _, k := range []string{"a", "b", "c", "d"} {
+		insertTx(t, pool, k, nil, k+"1")
+	}
+	acquire := func(owner string) *source.Lease {
+		l, err := postgres.NewLeases(pool, relaySchema, owner+"-"+pgtest.Suffix()).Acquire(ctx, "fence", time.Minute)
+		if err != nil || l == nil {
+			t.Fatalf("%s acquires: %v %v", owner, l, err)
+		}
+		return l
+	}
+	a := newWALStore(t, dsn, pgtest.Pool(t, dsn, "outbox-relay wal test a"), "fence")
+	a.Fence.Set(acquire("a"))
+	b1 := claimWAL(t, a, 10, 4)
+	pgtest.Exec(t, pool, `UPDATE outbox_relay.leases SET expires_at = now() - interval '1 second'`)
+	lb := acquire("b")
+	err := b1.Complete(ctx, source.Outcome{Published: []int{0},
+		Dead: []source.Dead{{Index: 1, Attempts: 1, Reason: "refused", PayloadIsJSON: true}}})
+	if !errors.Is(err, source.ErrLeaseLost) {
+		t.Fatalf("the deposed holder's Complete = %v, want ErrLeaseLost", err)
+	}
+	deposed := func() {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			b, err := a.Claim(ctx, 10)
+			if b != nil {
+				t.Fatalf("the deposed holder claimed %v", names(b.Rows()))
+			}
+			if errors.Is(err, source.ErrLeaseLost) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the deposed holder's claims never failed: %v", err)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	deposed()
+	b := newWALStore(t, dsn, pgtest.Pool(t, dsn, "outbox-relay wal test b"), "fence")
+	b.Fence.Set(lb)
+	got := claimWAL(t, b, 10, 4)
+	// The deposed holder tries again meanwhile: the slot and its stream
+	// are the new holder's.
+	deposed()
+	deposed()
+	if err := got.Complete(ctx, source.Outcome{Published: seq(4)}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, pool, "every row is marked published", `SELECT count(*) = 0 FROM outbox WHERE status <> 'published'`)
+	var dead int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_relay.failed_events`).Scan(&dead); err != nil || dead != 0 {
+		t.Fatalf("%d dead letters (%v): the deposed holder's outcome was recorded", dead, err)
+	}
+	waitFor(t, pool, "the new holder streams the slot, its rows relayed", `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s JOIN pg_stat_replication r ON r.pid = s.active_pid
+WHERE s.slot_name = $1 AND r.application_name = 'outbox-relay wal test b'
+  AND obj_description((SELECT oid FROM pg_publication WHERE pubname = $2), 'pg_publication') LIKE '%are relayed%')`, b.Slot(), b.Name())
 }
