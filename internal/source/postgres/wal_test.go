@@ -473,3 +473,39 @@ func TestWALDeposedHolderFenced(t *testing.T) {
 WHERE s.slot_name = $1 AND r.application_name = 'outbox-relay wal test b'
   AND obj_description((SELECT oid FROM pg_publication WHERE pubname = $2), 'pg_publication') LIKE '%are relayed%')`, b.Slot(), b.Name())
 }
+
+// TestWALReplay: a dead letter replayed comes back through the stream (an
+// insert of its row), and is relayed again.
+func TestWALReplay(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	_, pool, st := walSource(t, "replay")
+	if _, err := st.Claim(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, pool, "the slot is streamed", `SELECT EXISTS (SELECT 1 FROM pg_replication_slots s
+JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = $1 AND r.state = 'streaming')`, st.Slot())
+	insertTx(t, pool, "a", nil, "a1", "a2")
+	b := claimWAL(t, st, 10, 2)
+	err := b.Complete(ctx, source.Outcome{Published: []int{1},
+		Dead: []source.Dead{{Index: 0, Attempts: 1, Reason: "refused", PayloadIsJSON: true, HeadersAreJSON: true}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, pool, "a1 failed and a2 published", `SELECT count(*) = 2 FROM outbox WHERE status = 'failed' AND payload->>'n' = 'a1' OR status = 'published' AND payload->>'n' = 'a2'`)
+	dead, err := postgres.ListFailed(ctx, pool, relaySchema, source.DLQFilter{Source: "replay"})
+	if err != nil || len(dead) != 1 {
+		t.Fatalf("dead letters: %v %v", dead, err)
+	}
+	if n, err := st.Replay(ctx, dead, "test"); err != nil || n != 1 {
+		t.Fatalf("replay: %d %v", n, err)
+	}
+	again := claimWAL(t, st, 10, 1)
+	if got := names(again.Rows()); strings.Join(got, " ") != "a1" || again.Rows()[0].ID != b.Rows()[0].ID {
+		t.Fatalf("after the replay: %v, want a1 with its id", got)
+	}
+	if err := again.Complete(ctx, source.Outcome{Published: []int{0}}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, pool, "every row is marked published", `SELECT count(*) = 0 FROM outbox WHERE status <> 'published'`)
+}
