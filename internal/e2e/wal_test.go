@@ -223,3 +223,27 @@ func dropSlot(t *testing.T, pool *pgxpool.Pool, slot string) {
 		t.Errorf("drop slot %s: %v", slot, err)
 	}
 }
+
+// TestWALCheckCommand: check says what a source read by capture wal needs
+// and how its slot stands, and nothing of a wake-up trigger it does not use.
+func TestWALCheckCommand(t *testing.T) {
+	t.Parallel()
+	dsn, pool := pgtest.NewDB(t)
+	pgtest.Exec(t, pool, fixtures.Seed001)
+	c := kafkaCluster(t, kfake.SeedTopics(1, "orders"))
+	cfg := writeYAML(t, fmt.Sprintf(`databases:
+  main: {dsn: %q}
+sinks:
+  kafka: {type: kafka, brokers: [%q]}
+sources:
+  - name: orders
+    table: public.outbox
+    preset: status
+    capture: wal
+`, dsn, c.ListenAddrs()[0]))
+	out, err := runCLI(t, "--config", cfg, "check")
+	want := "source orders: capture wal: slot " + walSlot(pool, "orders") + ": not made yet; run makes it, with publication outbox_relay_orders"
+	if !strings.Contains(out, want) || strings.Contains(out, "wake-up trigger") || strings.Contains(out, "order: WARNING") {
+		t.Fatalf("check (%v):\n%s\nwant %q, and no word of a trigger nor an order gap", err, out, want)
+	}
+}

@@ -178,6 +178,13 @@ type Waker interface {
 	Wake() <-chan struct{}
 }
 
+// WALChecker is a store read from the write-ahead log (capture wal):
+// CheckWAL says what the database lacks for it (problems) and how its
+// replication slot stands (notes).
+type WALChecker interface {
+	CheckWAL(ctx context.Context) (problems, notes []string, err error)
+}
+
 // ClaimAdvisor is a store whose claims may cost more than their batch on
 // this table for want of an index: ClaimAdvice says what to add, or "".
 type ClaimAdvisor interface {

@@ -509,3 +509,33 @@ JOIN pg_stat_replication r ON r.pid = s.active_pid WHERE s.slot_name = $1 AND r.
 	}
 	waitFor(t, pool, "every row is marked published", `SELECT count(*) = 0 FROM outbox WHERE status <> 'published'`)
 }
+
+// TestWALCheck: what check says of a source read by capture wal: nothing
+// lacking on this server (wal_level logical, a superuser), then its slot,
+// not made and then streamed; a role without REPLICATION is told so.
+func TestWALCheck(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool, st := walSource(t, "check")
+	problems, notes, err := st.CheckWAL(ctx)
+	if err != nil || len(problems) != 0 || len(notes) != 1 || !strings.Contains(notes[0], "not made yet") {
+		t.Fatalf("before the first claim: %v %v %v", problems, notes, err)
+	}
+	if _, err := st.Claim(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, pool, "the slot is streamed", `SELECT EXISTS (SELECT 1 FROM pg_replication_slots WHERE slot_name = $1 AND active)`, st.Slot())
+	problems, notes, err = st.CheckWAL(ctx)
+	if err != nil || len(problems) != 0 || len(notes) != 1 || !strings.Contains(notes[0], ": streamed,") {
+		t.Fatalf("streamed: %v %v %v", problems, notes, err)
+	}
+	role := "walcheck_" + pgtest.Suffix()
+	pgtest.Exec(t, pool, "CREATE ROLE "+role+" LOGIN")
+	t.Cleanup(func() { _, _ = pool.Exec(context.Background(), "DROP ROLE "+role) })
+	weak := pgtest.Pool(t, pgtest.WithUser(t, dsn, role), "outbox-relay wal check")
+	problems, _, err = postgres.NewWAL(weak, postgres.WALOptions{Source: "check", Table: seed001Table, RelaySchema: relaySchema,
+		Layout: resolveLayout(t, pool, seed001Table, "status", layout.Spec{}), Conn: weak.Config().ConnConfig.Config.Copy()}).CheckWAL(ctx)
+	if err != nil || len(problems) != 1 || !strings.Contains(problems[0], "may not replicate") {
+		t.Fatalf("a role without REPLICATION: %v %v", problems, err)
+	}
+}
