@@ -247,3 +247,25 @@ sources:
 		t.Fatalf("check (%v):\n%s\nwant %q, and no word of a trigger nor an order gap", err, out, want)
 	}
 }
+
+// TestWALKillAtEveryStep: capture wal through crashes. The relay (a child
+// process) is killed with SIGKILL while it publishes and at random moments
+// while a producer writes, and restarted each time: it resumes from its
+// slot; nothing is lost, order holds on first delivery, duplicates stay
+// within what was in flight.
+func TestWALKillAtEveryStep(t *testing.T) {
+	t.Parallel()
+	kills := 6
+	if chaosFull() {
+		kills = 30
+	}
+	p := newProcChaosOpts(t, procOpts{leaseTTL: "1s", keys: 50, capture: "wal"})
+	t.Cleanup(func() { dropSlot(t, p.pool, walSlot(p.pool, "chaos")) }) // after the relays stop
+	procs := killAtSteps(t, p, kills, []string{"publish", "random"})
+	rep := p.finish(procs)
+	bound := kills * 3 * 50 // pipeline x batch per kill
+	t.Logf("%d kills: %s (duplicate bound %d)", kills, rep, bound)
+	if !rep.OK() || rep.Duplicates > bound {
+		t.Error(rep)
+	}
+}
