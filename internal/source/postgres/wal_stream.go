@@ -83,6 +83,11 @@ func (r *walRun) stream(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A holder deposed since its claims began streams nothing: the slot
+	// is the new holder's.
+	if err := s.fenced(ctx, r.lease, func(*pgx.Batch) {}); err != nil {
+		return fmt.Errorf("check the lease: %w", err)
+	}
 	opts := pglogrepl.StartReplicationOptions{PluginArgs: []string{"proto_version '1'", "publication_names '" + s.name + "'"}}
 	err = pglogrepl.StartReplication(ctx, conn, s.slot, start, opts)
 	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "55006" {
