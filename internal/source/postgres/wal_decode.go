@@ -144,26 +144,23 @@ func walRowOf(l *layout.Layout, w walTuple) (source.Row, error) {
 			r.Extra[i] = w.render(t)
 		}
 	}
+	// What the engine only reads about a row (its age, its own retry
+	// budget, the attempts another relay counted) is left unknown when the
+	// value does not parse ('infinity'), rather than stop the stream.
 	if v, ok := w.text(l.CreatedAt); ok && l.CreatedAt != "" {
-		t, err := parseWALTime(v)
-		if err != nil {
-			return source.Row{}, fmt.Errorf("column %s: %w", l.CreatedAt, err)
+		if t, err := parseWALTime(v); err == nil {
+			r.CreatedAt = t
 		}
-		r.CreatedAt = t
 	}
 	if v, ok := w.text(l.MaxRetries); ok && l.MaxRetries != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return source.Row{}, fmt.Errorf("column %s: %w", l.MaxRetries, err)
+		if n, err := strconv.Atoi(v); err == nil {
+			r.MaxAttempts = n + 1
 		}
-		r.MaxAttempts = n + 1
 	}
 	if v, ok := w.text(l.RetryCount); ok && l.RetryCount != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return source.Row{}, fmt.Errorf("column %s: %w", l.RetryCount, err)
+		if n, err := strconv.Atoi(v); err == nil {
+			r.Attempts = n
 		}
-		r.Attempts = n
 	}
 	return r, nil
 }
