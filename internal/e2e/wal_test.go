@@ -248,6 +248,15 @@ sources:
 	}
 }
 
+// walChaos is the chaos scenario of relay processes (see procChaos) with
+// capture wal, its slot dropped once they have stopped.
+func walChaos(t *testing.T) *procChaos {
+	t.Helper()
+	p := newProcChaosOpts(t, procOpts{leaseTTL: "1s", keys: 50, capture: "wal"})
+	t.Cleanup(func() { dropSlot(t, p.pool, walSlot(p.pool, "chaos")) })
+	return p
+}
+
 // TestWALKillAtEveryStep: capture wal through crashes. The relay (a child
 // process) is killed with SIGKILL while it publishes and at random moments
 // while a producer writes, and restarted each time: it resumes from its
@@ -259,8 +268,7 @@ func TestWALKillAtEveryStep(t *testing.T) {
 	if chaosFull() {
 		kills = 30
 	}
-	p := newProcChaosOpts(t, procOpts{leaseTTL: "1s", keys: 50, capture: "wal"})
-	t.Cleanup(func() { dropSlot(t, p.pool, walSlot(p.pool, "chaos")) }) // after the relays stop
+	p := walChaos(t)
 	procs := killAtSteps(t, p, kills, []string{"publish", "random"})
 	rep := p.finish(procs)
 	bound := kills * 3 * 50 // pipeline x batch per kill
@@ -282,8 +290,7 @@ func TestWALFrozenHolder(t *testing.T) {
 	if chaosFull() {
 		freezes = 12
 	}
-	p := newProcChaosOpts(t, procOpts{leaseTTL: "1s", keys: 50, capture: "wal"})
-	t.Cleanup(func() { dropSlot(t, p.pool, walSlot(p.pool, "chaos")) }) // after the relays stop
+	p := walChaos(t)
 	rep := p.finish(freezeHolders(t, p, freezes))
 	// Per freeze: what the deposed holder had in flight (sent again by
 	// the new holder, and by itself once resumed), and a second of the
