@@ -306,7 +306,9 @@ func (a *App) prepare(ctx context.Context, s *Source, listenerFor func(db, chann
 	if !s.Notifies() && cs.Notify == "on" {
 		return nil, fmt.Errorf("sources[%d].notify: on needs PostgreSQL (LISTEN/NOTIFY); MySQL sources poll", s.Index)
 	}
-	if s.Layout.Queue != nil && cs.Notify != "off" && s.Notifies() {
+	if w, ok := s.Store.(driver.Waker); ok {
+		wake = w.Wake() // the store learns of rows itself (capture wal)
+	} else if s.Layout.Queue != nil && cs.Notify != "off" && s.Notifies() {
 		// The queue's own trigger notifies its channel.
 		if ch := s.Layout.Queue.Archive.Channel; ch != "" {
 			wake = listenerFor(cs.Database, ch).SubscribeAll()

@@ -273,7 +273,7 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 		return nil, fmt.Errorf("%s.event_priority.%w", path, err)
 	}
 	params := driver.SourceParams{Source: name, Capture: cs.Capture, Layout: l, Ordering: cs.Ordering == nil || *cs.Ordering,
-		ClaimTimeout: cs.ClaimTimeout.D(), Priority: prio, Metrics: a.metrics}
+		ClaimTimeout: cs.ClaimTimeout.D(), Priority: prio, Metrics: a.metrics, Logger: a.log}
 	st, err := t.Open(ctx, params)
 	if err != nil {
 		return nil, fmt.Errorf("%s.%w", path, err)
@@ -285,7 +285,7 @@ func (a *App) resolveTable(ctx context.Context, i int, cs config.Source, name st
 	conf, _ := a.dbConfig(cs.Database)
 	s := &Source{Name: name, Index: i, Config: cs, DSN: conf.DSN, Layout: l, Routes: routes,
 		Store: st, Shards: shards, DB: db, Table: t}
-	if l.Queue == nil {
+	if l.Queue == nil && !cs.WAL() { // the WAL orders every insert
 		s.OrderGap = orderGap(cs, l, cols, t.StatementOrder())
 	}
 	if ca, ok := st.(driver.ClaimAdvisor); ok {

@@ -14,6 +14,7 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/app"
 	"github.com/outbox-relay/outbox-relay/internal/config"
 	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/driver"
 )
 
 func newCheck(g *globals) *cobra.Command {
@@ -195,6 +196,10 @@ func (c *checker) source(ctx context.Context, s *app.Source) {
 	if s.ClaimAdvice != "" {
 		c.say("source %s: claims: WARNING %s", s.Name, s.ClaimAdvice)
 	}
+	if w, ok := s.Store.(driver.WALChecker); ok {
+		c.wal(ctx, s, w)
+		return
+	}
 	if !s.Notifies() || s.Config.Notify == "off" {
 		return
 	}
@@ -218,6 +223,22 @@ func (c *checker) source(ctx context.Context, s *app.Source) {
 		c.problem("source %s: wake-up trigger: MISSING, and this role may not create it (needs TRIGGER on %s); notify: on needs it", s.Name, s.TableName())
 	default:
 		c.say("source %s: wake-up trigger: not installed, and this role may not create it (needs TRIGGER on %s): the relay polls", s.Name, s.TableName())
+	}
+}
+
+// wal says what a source read by capture wal lacks, and how its slot
+// stands; its stream wakes it, not a trigger.
+func (c *checker) wal(ctx context.Context, s *app.Source, w driver.WALChecker) {
+	problems, notes, err := w.CheckWAL(ctx)
+	if err != nil {
+		c.problem("source %s: capture wal: %v", s.Name, err)
+		return
+	}
+	for _, p := range problems {
+		c.problem("source %s: capture wal: %s", s.Name, p)
+	}
+	for _, n := range notes {
+		c.say("source %s: capture wal: %s", s.Name, n)
 	}
 }
 

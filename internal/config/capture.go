@@ -3,7 +3,7 @@ package config
 import "github.com/outbox-relay/outbox-relay/internal/layout"
 
 // captureModes are the values of sources[].capture.
-var captureModes = []string{CapturePoll, CaptureCursor}
+var captureModes = []string{CapturePoll, CaptureCursor, CaptureWAL}
 
 // Cursor says whether the source is read by capture cursor.
 func (s *Source) Cursor() bool { return s.Capture == CaptureCursor }
@@ -13,6 +13,7 @@ func (s *Source) Cursor() bool { return s.Capture == CaptureCursor }
 // column, keeps one position per source, and never writes to the table.
 func (c *Config) validateCapture(ps *problems, p string, s *Source) {
 	oneOf(ps, p+".capture", s.Capture, captureModes, true)
+	c.validateWAL(ps, p, s)
 	if !s.Cursor() {
 		return
 	}

@@ -196,7 +196,11 @@ type Source struct {
 	// keeps its position in the relay's schema, writing nothing to the
 	// table (PostgreSQL, a layout with xid_column; the layout's state is
 	// ignored; not with shards, retention, event_priority nor delivery
-	// exactly_once). See docs/capture.md.
+	// exactly_once); wal reads the table's inserts from PostgreSQL's
+	// logical replication (a publication and a slot per source, see
+	// docs/capture.md) in commit and insert order and still writes the
+	// layout's state in the table (not with shards, event_priority, a queue
+	// nor delivery exactly_once). See docs/capture.md.
 	Capture string `yaml:"capture"`
 	// Preset names a built-in layout (see internal/layout); Layout overrides
 	// its fields one by one.

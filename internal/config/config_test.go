@@ -82,6 +82,13 @@ var goodFixtures = map[string]struct {
 			}
 		},
 	},
+	"capture_wal.good.yaml": {
+		check: func(t *testing.T, c *Config) {
+			if s := c.Sources[0]; s.Capture != CaptureWAL || !s.WAL() || s.Cursor() {
+				t.Errorf("capture %q, want wal", s.Capture)
+			}
+		},
+	},
 	"event_priority.good.yaml": {
 		check: func(t *testing.T, c *Config) {
 			k, s := c.Sources[0].EventPriority, c.Sources[1].EventPriority
@@ -140,7 +147,14 @@ var badFixtures = map[string][]string{
 		`source "split": sources[2].retention: not with capture cursor: the relay never writes to the table`,
 		`source "split": sources[2].event_priority: not with capture cursor`,
 		`source "split": sources[2].delivery: exactly_once is not available with capture cursor`,
-		`source "wal": sources[3].capture: must be one of poll, cursor, got "wal"`,
+		`source "wal": sources[3].capture: must be one of poll, cursor, wal, got "logical"`,
+	},
+	"capture_wal.bad.yaml": {
+		`source "mysql": sources[0].capture: wal needs PostgreSQL (it reads logical replication); database shop is mysql`,
+		`source "split": sources[1].shards: not with capture wal: one replication slot per source, streamed by one worker; got 4`,
+		`source "split": sources[1].event_priority: not with capture wal`,
+		`source "split": sources[1].delivery: exactly_once is not available with capture wal`,
+		`source "queue": sources[2].capture: wal reads inserts; a queue (state mode queue) is claimed by deleting its rows`,
 	},
 	"event_priority.bad.yaml": {
 		`source "split": sources[0].event_priority: not with shards (4) and ordering: a bucket's claim does not rank its rows`,

@@ -20,6 +20,24 @@ import (
 	"github.com/outbox-relay/outbox-relay/internal/pgtest"
 )
 
+// appEventsDDL is a table whose layout is built from config alone: a text
+// payload, a nullable topic column, a key.
+const appEventsDDL = `CREATE SCHEMA app;
+CREATE TABLE app.events (
+  id BIGSERIAL PRIMARY KEY,
+  topic TEXT,
+  msg_key TEXT,
+  body TEXT NOT NULL,
+  kind TEXT NOT NULL DEFAULT 'thing.happened',
+  created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
+)`
+
+// appEventsLayout is appEventsDDL's layout: delete on success.
+var appEventsLayout = layout.Spec{
+	ID: "id", Payload: "body", PayloadFormat: "json", Topic: "{topic}", Key: "{msg_key}",
+	EventType: "kind", CreatedAt: "created_at", State: layout.State{Mode: "delete"},
+}
+
 // TestBadRowsDeadLettered: rows that can never be published (invalid JSON in
 // a text payload column, a NULL topic, a payload over the sink's limit) land
 // in failed_events with
@@ -30,15 +48,7 @@ func TestBadRowsDeadLettered(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dsn, pool := pgtest.NewDB(t)
-	pgtest.Exec(t, pool, `CREATE SCHEMA app;
-CREATE TABLE app.events (
-  id BIGSERIAL PRIMARY KEY,
-  topic TEXT,
-  msg_key TEXT,
-  body TEXT NOT NULL,
-  kind TEXT NOT NULL DEFAULT 'thing.happened',
-  created_at TIMESTAMPTZ NOT NULL DEFAULT clock_timestamp()
-)`)
+	pgtest.Exec(t, pool, appEventsDDL)
 	c := kafkaCluster(t, kfake.SeedTopics(2, "things"))
 	brokers := c.ListenAddrs()
 	rows := []struct {
@@ -61,10 +71,7 @@ CREATE TABLE app.events (
 	col := collect(t, brokers, "things")
 	cfg := baseConfig(dsn, brokers, config.Source{
 		Name: "app", Table: "app.events",
-		Layout: layout.Spec{
-			ID: "id", Payload: "body", PayloadFormat: "json", Topic: "{topic}", Key: "{msg_key}",
-			EventType: "kind", CreatedAt: "created_at", State: layout.State{Mode: "delete"},
-		},
+		Layout: appEventsLayout,
 	})
 	s := cfg.Sinks["kafka"]
 	s.MaxMessageBytes = 4096

@@ -63,6 +63,7 @@ type procOpts struct {
 	delivery string
 	shards   int
 	logLevel string
+	capture  string // sources[].capture; default poll
 }
 
 func newProcChaosOpts(t *testing.T, o procOpts) *procChaos {
@@ -97,9 +98,10 @@ sources:
     poll: {min: 5ms, max: 50ms}
     delivery: %s
     shards: %d
+    capture: %s
     layout: {id: id, payload: payload, topic: "{topic}", key: "{k}", created_at: created_at, order_by: id,
              state: {mode: flag, flag: published, published_at: [published_at]}}
-`, cmp.Or(o.logLevel, "warn"), leaseTTL, dsn, strings.Join(brokers, ","), delivery, max(o.shards, 1)), 0o600); err != nil {
+`, cmp.Or(o.logLevel, "warn"), leaseTTL, dsn, strings.Join(brokers, ","), delivery, max(o.shards, 1), cmp.Or(o.capture, "poll")), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	// The producer: transactions of 1-5 rows of random keys, a few hundred

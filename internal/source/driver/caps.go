@@ -172,6 +172,19 @@ type Settler interface {
 	Settle(ctx context.Context, n int, timeout time.Duration) error
 }
 
+// Waker is a store that learns of new rows itself (capture wal's stream):
+// Wake signals that rows may be claimed, in place of the wake-up trigger.
+type Waker interface {
+	Wake() <-chan struct{}
+}
+
+// WALChecker is a store read from the write-ahead log (capture wal):
+// CheckWAL says what the database lacks for it (problems) and how its
+// replication slot stands (notes).
+type WALChecker interface {
+	CheckWAL(ctx context.Context) (problems, notes []string, err error)
+}
+
 // ClaimAdvisor is a store whose claims may cost more than their batch on
 // this table for want of an index: ClaimAdvice says what to add, or "".
 type ClaimAdvisor interface {

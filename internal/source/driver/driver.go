@@ -13,6 +13,7 @@ package driver
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -103,12 +104,16 @@ type SourceParams struct {
 	// Metrics is the process's metrics, for stores that keep their own
 	// (a dispatch queue's).
 	Metrics *metrics.Metrics
+	// Logger, when set, is for stores that log on their own (capture
+	// wal's stream).
+	Logger *slog.Logger
 }
 
 // The capture modes a store may be opened in (SourceParams.Capture).
 const (
 	CapturePoll   = "poll"
 	CaptureCursor = "cursor"
+	CaptureWAL    = "wal"
 )
 
 // Migrator applies the relay's own migrations to one database.

@@ -86,3 +86,27 @@ func (w *relayWrites) ForgetRetries(_ context.Context, ids []string) error {
 	w.q.Queue(w.clearRetry, w.source, ids)
 	return nil
 }
+
+// retriesInTable queues the retry state of rs and, where the table keeps
+// them (retryRow, see statements), the rows' own retry columns.
+func (w *relayWrites) retriesInTable(retryRow string, rs []source.Retry) {
+	_ = w.RecordRetries(context.Background(), rs)
+	if retryRow != "" {
+		ids, attempts, errs := make([]string, len(rs)), make([]int32, len(rs)), make([]string, len(rs))
+		for i, r := range rs {
+			ids[i], attempts[i], errs[i] = w.rows[r.Index].ID, int32(r.Attempts), r.Err
+		}
+		w.q.Queue(retryRow, ids, attempts, errs)
+	}
+}
+
+// deadInTable queues the dead letters and their state in the table (dead,
+// see statements): deleted where the layout deletes.
+func (w *relayWrites) deadInTable(dead string, deletes bool, ds []source.DeadLetter) {
+	ids, reasons, attempts := w.dead(ds)
+	if deletes {
+		w.q.Queue(dead, ids)
+	} else {
+		w.q.Queue(dead, ids, reasons, attempts)
+	}
+}

@@ -208,6 +208,9 @@ func (t *adaptedTable) Open(ctx context.Context, p driver.SourceParams) (source.
 		return OpenCursor(ctx, t.db.pool, t.t, t.cols, CursorOptions{Source: p.Source, RelaySchema: t.db.schema,
 			Layout: p.Layout, Ordering: p.Ordering, ClaimTimeout: p.ClaimTimeout})
 	}
+	if p.Capture == driver.CaptureWAL {
+		return t.openWAL(ctx, p)
+	}
 	if p.Layout.Queue != nil {
 		if p.Bucket.Split() {
 			return nil, errors.New("shards: a queue (state mode queue) is not split")

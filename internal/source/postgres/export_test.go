@@ -23,3 +23,17 @@ func PositionOfSQL(relaySchema, src string) string { return positionOf(QuoteIden
 func (s *CursorStore) ClaimSQL() (settings, retry string, ranged [2]string) {
 	return s.sql.settings, s.sql.retry, s.sql.ranged
 }
+
+// Confirmed is where the stream of a store of capture wal lets its slot
+// confirm now (its watermark), as text; "" when it is not streaming.
+func (s *WALStore) Confirmed() string {
+	s.mu.Lock()
+	r := s.run
+	s.mu.Unlock()
+	if r == nil {
+		return ""
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.confirmed.String()
+}

@@ -431,27 +431,14 @@ func (w *completion) Acknowledge(_ context.Context, rows []int) error {
 	return nil
 }
 
-func (w *completion) RecordRetries(ctx context.Context, rs []source.Retry) error {
-	s := w.b.store
-	_ = w.relayWrites.RecordRetries(ctx, rs)
-	if s.sql.retryRow != "" {
-		ids, attempts, errs := make([]string, len(rs)), make([]int32, len(rs)), make([]string, len(rs))
-		for i, r := range rs {
-			ids[i], attempts[i], errs[i] = w.b.rows[r.Index].ID, int32(r.Attempts), r.Err
-		}
-		w.q.Queue(s.sql.retryRow, ids, attempts, errs)
-	}
+func (w *completion) RecordRetries(_ context.Context, rs []source.Retry) error {
+	w.retriesInTable(w.b.store.sql.retryRow, rs)
 	return nil
 }
 
 func (w *completion) DeadLetter(_ context.Context, ds []source.DeadLetter) error {
 	s := w.b.store
-	ids, reasons, attempts := w.dead(ds)
-	if s.opts.Layout.Mode == "delete" {
-		w.q.Queue(s.sql.dead, ids)
-	} else {
-		w.q.Queue(s.sql.dead, ids, reasons, attempts)
-	}
+	w.deadInTable(s.sql.dead, s.opts.Layout.Mode == "delete", ds)
 	return nil
 }
 

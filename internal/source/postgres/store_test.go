@@ -33,6 +33,13 @@ func migrated(t *testing.T) (string, *pgxpool.Pool) {
 
 func newStore(t testing.TB, pool *pgxpool.Pool, name string, tbl postgres.Table, preset string, over layout.Spec, ordering bool) (*postgres.Store, *layout.Layout) {
 	t.Helper()
+	l := resolveLayout(t, pool, tbl, preset, over)
+	return postgres.New(pool, postgres.Options{Source: name, Table: tbl, RelaySchema: relaySchema, Layout: l, Ordering: ordering}), l
+}
+
+// resolveLayout is preset with over, resolved against tbl's columns.
+func resolveLayout(t testing.TB, pool *pgxpool.Pool, tbl postgres.Table, preset string, over layout.Spec) *layout.Layout {
+	t.Helper()
 	merged, explicit, err := layout.Merge(preset, over, "")
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +52,7 @@ func newStore(t testing.TB, pool *pgxpool.Pool, name string, tbl postgres.Table,
 	if err != nil {
 		t.Fatal(err)
 	}
-	return postgres.New(pool, postgres.Options{Source: name, Table: tbl, RelaySchema: relaySchema, Layout: l, Ordering: ordering}), l
+	return l
 }
 
 func TestMigrateUpDownUp(t *testing.T) {
