@@ -2,9 +2,11 @@ package mysql_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"github.com/outbox-relay/outbox-relay/internal/source"
+	"github.com/outbox-relay/outbox-relay/internal/source/mysql"
 )
 
 // BenchmarkClaimAck claims 500 rows and acknowledges them (push_completed_at
@@ -55,22 +57,7 @@ FROM seq_1_to_5000`)
 func BenchmarkClaimPriority(b *testing.B) {
 	ctx := context.Background()
 	e := newEnv(b)
-	e.exec(b, `CREATE TABLE outbox (
-  id CHAR(36) NOT NULL PRIMARY KEY,
-  aggregate_type VARCHAR(100) NOT NULL DEFAULT 'Test',
-  aggregate_id VARCHAR(100) NULL,
-  event_type VARCHAR(100) NOT NULL DEFAULT 'test.event',
-  topic VARCHAR(100) NOT NULL,
-  partition_key VARCHAR(100) NULL,
-  payload JSON NOT NULL,
-  headers JSON NULL,
-  status ENUM('pending', 'published', 'failed') NOT NULL DEFAULT 'pending',
-  retry_count SMALLINT NOT NULL DEFAULT 0,
-  max_retries SMALLINT NOT NULL DEFAULT 5,
-  published_at DATETIME(6) NULL,
-  created_at DATETIME(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6),
-  KEY idx_pending (status, created_at)
-)`, `INSERT INTO outbox (id, aggregate_id, event_type, topic, payload, created_at)
+	e.exec(b, fmt.Sprintf(mysql.StatusTable, "outbox"), `INSERT INTO outbox (id, aggregate_id, event_type, topic, payload, created_at)
 SELECT UUID(), CONCAT('agg-', seq % 2000), ELT(1 + seq % 3, 'kitchen.task.progress', 'event.board.updated', 'scheduling.shift.assigned'),
   'events', JSON_OBJECT('i', seq), TIMESTAMP '2026-01-30 12:00:00' + INTERVAL seq * 1000 MICROSECOND
 FROM seq_1_to_20000`)

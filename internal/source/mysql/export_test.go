@@ -30,3 +30,7 @@ func ClaimPlans(ctx context.Context, s *Store, limit int) ([]ClaimPlan, error) {
 	q, a, err := b.claimIDsSQL(windowIDs(ids[:min(limit, len(ids))]))
 	return append(plans, ClaimPlan{q, a}), err
 }
+
+// StatusTable is the conformance suite's table of the status layout (%s: its
+// name).
+const StatusTable = statusTable

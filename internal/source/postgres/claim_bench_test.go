@@ -15,15 +15,7 @@ import (
 // decoding, per row.
 func BenchmarkClaim(b *testing.B) {
 	ctx := context.Background()
-	dsn, pool := pgtest.NewDB(b)
-	m, err := postgres.NewMigrator(dsn, relaySchema)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
-	if err := m.Up(ctx); err != nil {
-		b.Fatal(err)
-	}
+	_, pool := migrated(b)
 	pgtest.Exec(b, pool, fixtures.Seed001, `INSERT INTO outbox (aggregate_type, aggregate_id, event_type, topic, partition_key, payload, headers)
 SELECT 'Order', gen_random_uuid(), 'order.created', 'orders', 'p-' || (i % 100), jsonb_build_object('i', i, 'pad', repeat('x', 150)),
   '{"traceId": "4bf92f3577b34da6"}' FROM generate_series(1, 1000) i`, "VACUUM ANALYZE outbox")
@@ -45,15 +37,7 @@ SELECT 'Order', gen_random_uuid(), 'order.created', 'orders', 'p-' || (i % 100),
 // per row claimed.
 func BenchmarkClaimPriority(b *testing.B) {
 	ctx := context.Background()
-	dsn, pool := pgtest.NewDB(b)
-	m, err := postgres.NewMigrator(dsn, relaySchema)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer m.Close()
-	if err := m.Up(ctx); err != nil {
-		b.Fatal(err)
-	}
+	_, pool := migrated(b)
 	pgtest.Exec(b, pool, fixtures.Seed002, `INSERT INTO tenant."OutboxEvent" ("id", "tenantId", "eventType", "aggregateType", "aggregateId", "payload", "createdAt")
 SELECT 'ev' || lpad(i::text, 6, '0'), 'acme', (ARRAY['kitchen.task.progress', 'event.board.updated', 'scheduling.shift.assigned'])[1 + i % 3],
   'Aggregate', 'agg-' || (i % 2000), jsonb_build_object('i', i), timestamp '2026-01-30 12:00' + i * interval '1 millisecond'

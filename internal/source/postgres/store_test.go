@@ -17,7 +17,7 @@ import (
 
 const relaySchema = "outbox_relay"
 
-func migrated(t *testing.T) (string, *pgxpool.Pool) {
+func migrated(t testing.TB) (string, *pgxpool.Pool) {
 	t.Helper()
 	dsn, pool := pgtest.NewDB(t)
 	m, err := postgres.NewMigrator(dsn, relaySchema)
