@@ -21,6 +21,8 @@
 //	outbox_relay_pending_events{source}             events waiting to be published
 //	outbox_relay_failed_events{source}              events in the dead-letter table (its depth)
 //	outbox_relay_inflight_batches{source}           batches claimed but not yet committed
+//	outbox_relay_wal_retained_bytes{source}         WAL the source's replication slot keeps (capture wal)
+//	outbox_relay_wal_slot_lag_bytes{source}         WAL written since the slot's confirmed position (capture wal)
 //	outbox_relay_last_claim_timestamp_seconds{source} Unix time of the latest successful claim query
 //	outbox_relay_sink_circuit_state{sink}           0 closed, 1 half-open, 2 open
 //	outbox_relay_source_relaying{source}            1 while this process relays the source, else 0
@@ -85,6 +87,8 @@ type Metrics struct {
 	PendingEvents    *prometheus.GaugeVec // {source}
 	FailedEvents     *prometheus.GaugeVec // {source}, dead-letter depth
 	InflightBatches  *prometheus.GaugeVec // {source}
+	WALRetained      *prometheus.GaugeVec // {source}, bytes
+	WALLag           *prometheus.GaugeVec // {source}, bytes
 	SinkCircuit      *prometheus.GaugeVec // {sink}: 0 closed, 1 half-open, 2 open
 
 	BatchDuration   *prometheus.HistogramVec // {source}, seconds
@@ -144,6 +148,10 @@ func New(reg prometheus.Registerer) *Metrics {
 			"Events in the dead-letter table."),
 		InflightBatches: gauge("inflight_batches",
 			"Batches claimed but not yet committed."),
+		WALRetained: gauge("wal_retained_bytes",
+			"WAL the source's replication slot keeps on the server (capture wal): what the server cannot recycle."),
+		WALLag: gauge("wal_slot_lag_bytes",
+			"WAL written since the source's replication slot's confirmed position (capture wal)."),
 		SinkCircuit: f.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: "sink_circuit_state",
 			Help: "State of the sink's circuit breaker: 0 closed, 1 half-open (probing), 2 open (its rows wait)."}, []string{"sink"}),
 
@@ -222,6 +230,15 @@ type SourceMetrics struct {
 	CommitToPublish prometheus.Observer
 
 	deadLettered *prometheus.CounterVec // curried with source; label left: reason
+	// The slot's gauges, curried with source: made at the first Slot, so
+	// that only sources with a slot export them.
+	walRetained, walLag *prometheus.GaugeVec
+}
+
+// Slot sets the gauges of the source's replication slot (capture wal).
+func (s *SourceMetrics) Slot(retainedBytes, lagBytes int64) {
+	s.walRetained.WithLabelValues().Set(float64(retainedBytes))
+	s.walLag.WithLabelValues().Set(float64(lagBytes))
 }
 
 // Source returns the metrics of the named source. It also creates every
@@ -250,6 +267,8 @@ func (m *Metrics) Source(name string) *SourceMetrics {
 		CommitToPublish: m.CommitToPublish.WithLabelValues(name),
 
 		deadLettered: m.DeadLettered.MustCurryWith(prometheus.Labels{"source": name}),
+		walRetained:  m.WALRetained.MustCurryWith(prometheus.Labels{"source": name}),
+		walLag:       m.WALLag.MustCurryWith(prometheus.Labels{"source": name}),
 	}
 	s.DeadLettered(ReasonTerminal)
 	s.DeadLettered(ReasonExhausted)
@@ -265,7 +284,7 @@ func (m *Metrics) Forget(name string) {
 		DeletePartialMatch(prometheus.Labels) int
 	}{
 		m.Published, m.Retried, m.DeadLettered, m.Deferred, m.ClaimBatches, m.NotifyWakeups, m.ClaimErrors,
-		m.OldestPendingAge, m.LastClaim, m.PendingEvents, m.FailedEvents, m.InflightBatches,
+		m.OldestPendingAge, m.LastClaim, m.PendingEvents, m.FailedEvents, m.InflightBatches, m.WALRetained, m.WALLag,
 		m.BatchDuration, m.PublishDuration, m.ClaimDuration, m.BatchSize, m.CommitToPublish,
 		m.QueueAttempts, m.QueueReaperRequeues, m.QueueStuck, m.QueueGaps, m.DispatchLatency,
 	} {

@@ -159,6 +159,9 @@ func (w *Worker) flushStats(ctx context.Context) {
 	if m := w.o.Metrics; m != nil {
 		m.PendingEvents.Set(float64(pending))
 		m.FailedEvents.Set(float64(g.DeadLetters))
+		if g.Slot != nil {
+			m.Slot(g.Slot.RetainedBytes, g.Slot.LagBytes)
+		}
 	}
 }
 

@@ -144,6 +144,16 @@ type Live struct {
 type Gauges struct {
 	Backlog     Backlog
 	DeadLetters int64
+	// Slot is the source's replication slot, for a store that streams
+	// from one (capture wal) once it exists; nil otherwise.
+	Slot *SlotGauges
+}
+
+// SlotGauges measure a replication slot in bytes of WAL: what it keeps on
+// the server (from its restart position) and what was written since its
+// confirmed position.
+type SlotGauges struct {
+	RetainedBytes, LagBytes int64
 }
 
 // Store claims and completes batches of one source.

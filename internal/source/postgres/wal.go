@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -139,9 +140,25 @@ func (s *WALStore) Wake() <-chan struct{} { return s.wake }
 func (s *WALStore) LeaseFence() *lease.Fence { return &s.Fence }
 
 // RecordStats implements source.Store: the backlog is the rows pending in
-// the table.
+// the table; the slot's gauges are the WAL it keeps on the server and the
+// WAL written since its confirmed position, once it exists.
 func (s *WALStore) RecordStats(ctx context.Context, st source.Stats) (source.Gauges, error) {
-	return RecordStats(ctx, s.pool, s.sql.stats, s.opts.Source, s.opts.Table, st)
+	g, err := RecordStats(ctx, s.pool, s.sql.stats, s.opts.Source, s.opts.Table, st)
+	if err != nil {
+		return g, err
+	}
+	var sg source.SlotGauges
+	err = s.pool.QueryRow(ctx, `SELECT COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn), 0)::bigint,
+  COALESCE(pg_wal_lsn_diff(pg_current_wal_lsn(), confirmed_flush_lsn), 0)::bigint
+FROM pg_replication_slots WHERE slot_name = $1`, s.slot).Scan(&sg.RetainedBytes, &sg.LagBytes)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return g, nil // not made yet
+	case err != nil:
+		return g, fmt.Errorf("read slot %s: %w", s.slot, err)
+	}
+	g.Slot = &sg
+	return g, nil
 }
 
 // Close stops the stream, if any, and waits until it has ended.

@@ -539,3 +539,32 @@ func TestWALCheck(t *testing.T) {
 		t.Fatalf("a role without REPLICATION: %v %v", problems, err)
 	}
 }
+
+// TestWALSlotGauges: a wal store's stats carry its slot's gauges once the
+// slot exists (none before): the WAL the slot keeps and the WAL written
+// since its confirmed position, both above zero while a streamed
+// transaction is not settled.
+func TestWALSlotGauges(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dsn, pool := walSeed001(t)
+	dropSlotAtEnd(t, pool, "gauges")
+	st := newWALStore(t, dsn, pool, "gauges")
+	g, err := st.RecordStats(ctx, source.Stats{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Slot != nil {
+		t.Fatalf("gauges of a slot not made yet: %+v", *g.Slot)
+	}
+	insertTx(t, pool, "a", nil, "a1")
+	b := claimWAL(t, st, 10, 1)
+	defer func() { _ = b.Release(ctx) }()
+	insertTx(t, pool, "b", nil, "b1", "b2")
+	if g, err = st.RecordStats(ctx, source.Stats{}); err != nil {
+		t.Fatal(err)
+	}
+	if g.Slot == nil || g.Slot.LagBytes <= 0 || g.Slot.RetainedBytes < g.Slot.LagBytes {
+		t.Fatalf("slot gauges %+v, want WAL kept and written since the confirmed position, both above zero", g.Slot)
+	}
+}
