@@ -98,6 +98,10 @@ func deployKit(t *testing.T) (dashboard []string, alerts map[string]string) {
 	return dashboard, alerts
 }
 
+// onlyCaptureWAL are the metrics only a source read by capture wal exports
+// (its replication slot's), which this test's relays do not run.
+var onlyCaptureWAL = map[string]bool{"outbox_relay_wal_retained_bytes": true, "outbox_relay_wal_slot_lag_bytes": true}
+
 // TestDeployKitNamesLiveMetrics runs two relays on one database, as the
 // Kubernetes Deployment does: the lease holder, which publishes a row, and
 // a standby. Every metric the Grafana dashboard's panels and the Prometheus
@@ -154,6 +158,9 @@ VALUES ('Order', gen_random_uuid(), 'order.placed', 'orders', '{}')`)
 		}
 		for _, n := range refs {
 			names++
+			if onlyCaptureWAL[n] {
+				continue // exported by the holder of a source read by capture wal (TestWALSlotGauges)
+			}
 			if !live[n] {
 				t.Errorf("%q names %s, which the relay does not export (it exports: %s)", e, n, strings.Join(sortedNames(live), ", "))
 			}

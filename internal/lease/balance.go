@@ -216,15 +216,25 @@ func (b *Balancer) part(shard string) {
 // (not even by the owner that handed it over); its own lease always; any
 // other (none yet, free, expired, or another's whose process is gone) only
 // after the first census and while it holds fewer than its share.
+//
+// A reservation holds only while its successor is live: a lease handed to a
+// replica that left (or died) before it took it, which the giver could not
+// know when it chose it, is free once a census no longer counts that
+// replica.
 func (b *Balancer) mayAcquire(row *Row, owner string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	switch {
 	case row != nil && row.Expired && row.Reserved:
-		return row.Successor == owner
+		if row.Successor == owner {
+			return true
+		}
+		if _, live := b.counts[row.Successor]; live || b.counts == nil {
+			return false
+		}
 	case row != nil && row.Owner == owner:
 		return true
 	}
-	b.mu.Lock()
-	defer b.mu.Unlock()
 	return b.counts != nil && len(b.held) < Share(len(b.shards), len(b.counts))
 }
 

@@ -116,7 +116,9 @@ func TestMayAcquire(t *testing.T) {
 		{"an expired one beyond the share", free, 2, false},
 		{"its own, beyond the share", &Row{Owner: "me", Term: 3}, 3, true},
 		{"handed to it, beyond the share", &Row{Owner: "other", Expired: true, Reserved: true, Successor: "me"}, 3, true},
-		{"handed to another, within the share", &Row{Owner: "other", Expired: true, Reserved: true, Successor: "third"}, 0, false},
+		{"handed to another, within the share", &Row{Owner: "third", Expired: true, Reserved: true, Successor: "other"}, 0, false},
+		{"handed to a replica gone since, within the share", &Row{Owner: "other", Expired: true, Reserved: true, Successor: "third"}, 0, true},
+		{"handed to a replica gone since, beyond the share", &Row{Owner: "other", Expired: true, Reserved: true, Successor: "third"}, 2, false},
 		{"its own, handed to another", &Row{Owner: "me", Expired: true, Reserved: true, Successor: "other"}, 0, false},
 		{"handed to another long ago", &Row{Owner: "other", Expired: true, Successor: "third"}, 0, true},
 	} {
