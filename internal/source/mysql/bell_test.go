@@ -18,20 +18,7 @@ import (
 func TestBell(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnv(t)
-	sfx := mytest.Suffix()
-	a, b := "a-"+sfx, "b-"+sfx
-	sa := mysql.NewLeaseStore(e.db, e.relayDB, a)
-	sb := mysql.NewLeaseStore(e.db, e.relayDB, b)
-	t.Cleanup(func() { _ = sa.Close(); _ = sb.Close() })
-	for _, s := range []struct {
-		st    *mysql.LeaseStore
-		owner string
-	}{{sa, a}, {sb, b}} {
-		if _, err := s.st.Census(ctx, &lease.CensusParams{Owner: s.owner, TTL: time.Minute}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, _, sa, sb := twoReplicas(t)
 	wait := func(d time.Duration) (bool, time.Duration) {
 		t.Helper()
 		start := time.Now()
@@ -83,7 +70,7 @@ func TestBell(t *testing.T) {
 
 	// A replica that is not registered (or left) is not rung, and ringing
 	// it is no error.
-	if err := sb.Ring(ctx, "nobody-"+sfx); err != nil {
+	if err := sb.Ring(ctx, "nobody-"+mytest.Suffix()); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -128,20 +115,7 @@ func TestBellLetsGoOfReplicas(t *testing.T) {
 func TestBellRungByManyAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	e := newEnv(t)
-	sfx := mytest.Suffix()
-	a, b := "a-"+sfx, "b-"+sfx
-	sa := mysql.NewLeaseStore(e.db, e.relayDB, a)
-	sb := mysql.NewLeaseStore(e.db, e.relayDB, b)
-	t.Cleanup(func() { _ = sa.Close(); _ = sb.Close() })
-	for _, s := range []struct {
-		st    *mysql.LeaseStore
-		owner string
-	}{{sa, a}, {sb, b}} {
-		if _, err := s.st.Census(ctx, &lease.CensusParams{Owner: s.owner, TTL: time.Minute}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	a, _, sa, sb := twoReplicas(t)
 	if _, err := sa.Wait(ctx, a, 10*time.Millisecond); err != nil { // opens the bell
 		t.Fatal(err)
 	}
@@ -174,4 +148,25 @@ func TestBellRungByManyAtOnce(t *testing.T) {
 			}
 		}
 	}
+}
+
+// twoReplicas registers two replicas (a census each) on a fresh relay
+// database: their names and lease stores, closed when t ends.
+func twoReplicas(t *testing.T) (a, b string, sa, sb *mysql.LeaseStore) {
+	t.Helper()
+	e := newEnv(t)
+	sfx := mytest.Suffix()
+	a, b = "a-"+sfx, "b-"+sfx
+	sa = mysql.NewLeaseStore(e.db, e.relayDB, a)
+	sb = mysql.NewLeaseStore(e.db, e.relayDB, b)
+	t.Cleanup(func() { _ = sa.Close(); _ = sb.Close() })
+	for _, s := range []struct {
+		st    *mysql.LeaseStore
+		owner string
+	}{{sa, a}, {sb, b}} {
+		if _, err := s.st.Census(context.Background(), &lease.CensusParams{Owner: s.owner, TTL: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a, b, sa, sb
 }
